@@ -1,0 +1,80 @@
+"""The contract between the public API (``topk_cli.operators``) and each operator family.
+
+Every family module exposes, per method, an :class:`Implementation`: three pure functions on
+a 2-D float64 batch ``z`` of shape ``(B, n)`` that the public API has already validated,
+shifted and scaled:
+
+* ``z = (x - max_finite(x)) / tau`` row by row, so the largest finite entry of every row is 0;
+* masked entries (``x = -inf``) are ``-inf``; every other entry is finite (clipped at
+  :data:`Z_FLOOR`); every row has at least ``k`` finite entries;
+* ``1 <= k <= n`` is a Python ``int``.
+
+``forward(z, k)`` returns a :class:`Forward`; ``jacobian(fwd, z, k)`` returns ``dp/dz`` of shape
+``(B, n, n)``; ``vjp(fwd, z, k, v)`` returns ``v^T dp/dz`` of shape ``(B, n)``. The public API
+multiplies both by ``1/tau``. Masked entries have weight 0, complement 1, and zero rows and
+columns in the Jacobian.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+#: Finite entries of ``z`` are clipped below at this value, so that sums of up to ~1e15 of
+#: them stay finite; ``exp`` of it is exactly 0, as it would be for the unclipped value.
+Z_FLOOR = -1e290
+
+#: Status code of a row that was computed without failure.
+OK = "ok"
+
+
+@dataclass
+class Forward:
+    """Result of one forward pass on a ``(B, n)`` batch.
+
+    ``p`` are the weights and ``q = 1 - p`` computed accurately (not by subtraction where
+    ``p`` is close to 1). ``code[b]`` is :data:`OK` or a short failure code for row ``b``;
+    ``level[b]`` a recursion level (-1 when not applicable), ``value[b]`` the offending
+    quantity (NaN when not applicable) and ``messages[b]`` a sentence for failed rows.
+    ``aux`` holds whatever the Jacobian and VJP need (thresholds, derivatives, tables).
+    """
+
+    p: FloatArray
+    q: FloatArray
+    code: NDArray[np.str_] | None = None
+    level: NDArray[np.int64] | None = None
+    value: FloatArray | None = None
+    messages: dict[int, str] = field(default_factory=dict)
+    aux: dict[str, FloatArray] = field(default_factory=dict)
+
+    def codes(self) -> NDArray[np.str_]:
+        """Per-row status codes, all :data:`OK` when the method reported nothing."""
+        if self.code is None:
+            return np.full(self.p.shape[0], OK, dtype="<U16")
+        return self.code
+
+
+ForwardFn = Callable[[FloatArray, int], Forward]
+JacobianFn = Callable[[Forward, FloatArray, int], FloatArray]
+VjpFn = Callable[[Forward, FloatArray, int, FloatArray], FloatArray]
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """The numerical implementation of one method.
+
+    ``elementwise`` is True when ``p_i`` is a function of ``z_i`` and row-level quantities only
+    (threshold methods), so equal inputs give bitwise-equal outputs by construction. For the
+    others the public API averages ``p`` over groups of exactly equal entries, removing
+    rounding-level asymmetries that the order of summation would otherwise introduce.
+    """
+
+    forward: ForwardFn
+    jacobian: JacobianFn
+    vjp: VjpFn
+    elementwise: bool = False

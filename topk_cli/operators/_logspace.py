@@ -1,0 +1,35 @@
+"""Log-space helpers shared by the operator families (sums of exponentials without overflow,
+underflow or cancellation)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topk_cli.operators._base import FloatArray
+
+
+def logsumexp(a: FloatArray, axis: int = -1) -> FloatArray:
+    """``log(sum(exp(a)))`` along ``axis``; ``-inf`` for an all ``-inf`` slice, never NaN."""
+    m = np.max(a, axis=axis, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):  # log(0) = -inf is the right answer for empty sums
+        out = np.log(np.sum(np.exp(a - m_safe), axis=axis, keepdims=True)) + m_safe
+    return np.squeeze(out, axis=axis)
+
+
+def logsumexp_exclusive(a: FloatArray) -> FloatArray:
+    """``out[..., i] = log(sum_{j != i} exp(a[..., j]))`` along the last axis, accurately.
+
+    Subtracting one term from the total cancels only when that term dominates the sum, which
+    can happen for the largest term alone: every other term is at most half the total, where
+    ``log1p(-r)`` is well conditioned. The largest term's exclusive sum is summed directly.
+    """
+    total = logsumexp(a)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):  # -inf entries and empty rows
+        ratio = np.exp(a - np.where(np.isfinite(total), total, 0.0))
+        out = total + np.log1p(-np.minimum(ratio, 1.0))
+    top = np.argmax(a, axis=-1)[..., None]
+    without_top = a.copy()
+    np.put_along_axis(without_top, top, -np.inf, axis=-1)
+    np.put_along_axis(out, top, logsumexp(without_top)[..., None], axis=-1)
+    return np.where(np.isfinite(total), out, -np.inf)

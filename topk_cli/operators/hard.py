@@ -1,0 +1,39 @@
+"""The hard top-k operator ``T_k``: the baseline every smooth operator approximates.
+
+``T_k(z)`` puts weight 1 on the k largest entries of each row (last axis). When the k-th and
+(k+1)-th largest values tie, the tied entries share the remaining mass equally, so the result
+is permutation-equivariant and still sums to k. It is piecewise constant: its Jacobian is 0
+wherever it is defined (it is discontinuous where the k-th and (k+1)-th values cross).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topk_cli.operators._base import FloatArray, Forward, Implementation
+
+
+def hard_topk(z: FloatArray, k: int) -> Forward:
+    """``T_k(z)`` on a ``(B, n)`` batch, ties at the k-th value sharing the remaining mass.
+
+    >>> hard_topk(np.array([[3.0, 1.0, 2.0, 2.0]]), 2).p
+    array([[1. , 0. , 0.5, 0.5]])
+    """
+    kth = -np.partition(-z, k - 1, axis=-1)[:, k - 1 : k]
+    above = z > kth
+    at = z == kth
+    share = (k - above.sum(axis=-1, keepdims=True)) / at.sum(axis=-1, keepdims=True)
+    p = np.where(above, 1.0, np.where(at, share, 0.0))
+    q = np.where(above, 0.0, np.where(at, 1.0 - share, 1.0))
+    return Forward(p=p, q=q)
+
+
+def _hard_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
+    return np.zeros(z.shape + z.shape[-1:])
+
+
+def _hard_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
+    return np.zeros_like(z)
+
+
+HARD = Implementation(forward=hard_topk, jacobian=_hard_jacobian, vjp=_hard_vjp, elementwise=True)

@@ -1,0 +1,1 @@
+"""STUB (owned by the verify-properties helper): check_<property>() -> PropertyResult."""
