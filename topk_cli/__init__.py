@@ -5,7 +5,7 @@
 array([0., 1., 0.])
 """
 
-from topk_cli.api import TopKResult, evaluate, get_method, jacobian, soft_topk, vjp
+from topk_cli.api import TopKResult, evaluate, get_method, jacobian, soft_topk, trace_grad_recursive, vjp
 from topk_cli.errors import (
     InputError,
     InvalidArgumentError,
@@ -34,5 +34,6 @@ __all__ = [
     "get_method",
     "jacobian",
     "soft_topk",
+    "trace_grad_recursive",
     "vjp",
 ]

@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError, RowFailure, UnknownMethodError
 from topk_cli.operators._base import OK, Z_FLOOR, FloatArray, Forward, Implementation
+from topk_cli.operators.gradtopk import RecursionTrace, grad_recursive_trace
 from topk_cli.registry import METHODS, MethodSpec
 
 DEFAULT_METHOD = "thre-laplace"
@@ -286,3 +287,18 @@ def vjp(x: ArrayLike, k: int, v: ArrayLike, method: str = DEFAULT_METHOD, *, tau
     with np.errstate(all="ignore"):
         out = prep.spec.implementation.vjp(fwd, prep.z, prep.k, v2) / prep.tau
     return out.reshape(prep.shape).astype(prep.out_dtype)
+
+
+def trace_grad_recursive(x: ArrayLike, k: int, *, tau: float = 1.0) -> RecursionTrace:
+    """Trace the article's GradTopK recursion on ``x / tau`` row by row (no exception).
+
+    Returns per-row arrays (flattened batch, row-major) with the level where the log argument
+    first reached zero or went negative, its value, the value just before, and the digits lost
+    to cancellation on the way. Used by ``stability-probe`` and by ``compute`` warnings.
+
+    Raises:
+        InvalidArgumentError: bad ``x``, ``k`` or ``tau``.
+    """
+    prep = _prepare(x, k, "grad-recursive", tau)
+    with np.errstate(all="ignore"):  # the trace records log(0) and log(<0) instead of warning
+        return grad_recursive_trace(prep.z, prep.k)
