@@ -103,6 +103,11 @@ def color_enabled(stream: object = None) -> bool:
     return bool(isatty and isatty()) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
+def stderr_is_terminal() -> bool:
+    """Progress bars go to stderr, and only when it is a terminal."""
+    return sys.stderr.isatty()
+
+
 # ---- commands --------------------------------------------------------------------------------
 # COMMANDS-BEGIN (each helper edits only its own command below)
 

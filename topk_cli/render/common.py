@@ -88,3 +88,34 @@ def format_float(value: float, digits: int = 6) -> str:
     if 1e-4 <= magnitude < 1e6:
         return f"{value:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{value:.0f}"
     return f"{value:.{max(digits - 3, 2)}e}"
+
+
+class ProgressReporter:
+    """A progress bar on stderr for long runs, shown only when stderr is a terminal.
+
+    Use as a context manager; call the instance with ``(done, total)`` from the analysis's
+    ``progress`` callback. When disabled it does nothing, so callers need no branches.
+    """
+
+    def __init__(self, description: str, *, enabled: bool) -> None:
+        self._description = description
+        self._enabled = enabled
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> ProgressReporter:
+        if self._enabled:
+            from rich.progress import Progress
+
+            self._progress = Progress(console=Console(stderr=True), transient=True)
+            self._progress.__enter__()
+            self._task = self._progress.add_task(self._description, total=None)
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
