@@ -262,7 +262,7 @@ def jacobian(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float =
     with np.errstate(all="ignore"):
         jac = prep.spec.implementation.jacobian(fwd, prep.z, prep.k) / prep.tau
     n = prep.shape[-1]
-    return jac.reshape(prep.shape + (n,)).astype(prep.out_dtype)
+    return jac.reshape((*prep.shape, n)).astype(prep.out_dtype)
 
 
 def vjp(x: ArrayLike, k: int, v: ArrayLike, method: str = DEFAULT_METHOD, *, tau: float = 1.0) -> NDArray[Any]:

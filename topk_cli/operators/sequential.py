@@ -2,6 +2,7 @@
 
 from topk_cli.operators._base import Implementation
 
+
 def _todo(*args, **kwargs):
     raise NotImplementedError
 
