@@ -135,9 +135,15 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object) -> _Prepared:
             f"{label} has only {counts[flat]} unmasked entries (-inf = masked), fewer than k={k_int}"
         )
     top = np.max(np.where(finite, x2, -np.inf), axis=-1, keepdims=True)
-    with np.errstate(over="ignore"):  # spreads near the float64 range overflow to -inf: clipped below
+    with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
         z = (x2 - top) / tau_f
-    z = np.where(finite, np.maximum(z, Z_FLOOR), -np.inf)
+    if (finite & (z < Z_FLOOR)).any():
+        spread = float(np.max(np.where(finite, top - x2, 0.0)))
+        raise InvalidArgumentError(
+            f"tau={tau_f:g} is too small for the spread of x ({spread:g}): (x - max x) / tau leaves the "
+            f"float64 range the operators support ({Z_FLOOR:g}); use tau >= {spread / -Z_FLOOR:g}"
+        )
+    z = np.where(finite, z, -np.inf)
     return _Prepared(spec=spec, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
 
 
@@ -200,14 +206,14 @@ def evaluate(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float =
     """
     prep = _prepare(x, k, method, tau)
     fwd, failures = _forward(prep)
-    failed = fwd.code != OK
+    failed = fwd.codes() != OK
     p = np.where(failed[:, None], np.nan, fwd.p)
     q = np.where(failed[:, None], np.nan, fwd.q)
     return TopKResult(
         method=prep.spec.name, k=prep.k, tau=prep.tau,
         weights=p.reshape(prep.shape).astype(prep.out_dtype),
         complement=q.reshape(prep.shape),
-        status=np.asarray(fwd.code).reshape(prep.shape[:-1]),
+        status=fwd.codes().reshape(prep.shape[:-1]),
         failures=failures,
     )
 
@@ -230,7 +236,7 @@ def soft_topk(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float 
             :func:`evaluate` gives the same diagnosis without raising.
 
     >>> soft_topk([1.0, 2.0, 3.0], 2, "thre-exp").round(4)
-    array([0.4223, 1.    , 1.    ])
+    array([0.2689, 0.7311, 1.    ])
     """
     result = evaluate(x, k, method, tau=tau)
     if result.failures:

@@ -5,8 +5,8 @@ a 2-D float64 batch ``z`` of shape ``(B, n)`` that the public API has already va
 shifted and scaled:
 
 * ``z = (x - max_finite(x)) / tau`` row by row, so the largest finite entry of every row is 0;
-* masked entries (``x = -inf``) are ``-inf``; every other entry is finite (clipped at
-  :data:`Z_FLOOR`); every row has at least ``k`` finite entries;
+* masked entries (``x = -inf``) are ``-inf``; every other entry is finite and
+  ``>= Z_FLOOR``; every row has at least ``k`` finite entries;
 * ``1 <= k <= n`` is a Python ``int``.
 
 ``forward(z, k)`` returns a :class:`Forward`; ``jacobian(fwd, z, k)`` returns ``dp/dz`` of shape
@@ -25,8 +25,9 @@ from numpy.typing import NDArray
 
 FloatArray = NDArray[np.float64]
 
-#: Finite entries of ``z`` are clipped below at this value, so that sums of up to ~1e15 of
-#: them stay finite; ``exp`` of it is exactly 0, as it would be for the unclipped value.
+#: Lowest finite ``z`` the operators accept: sums of up to ~1e15 such entries stay finite. The API
+#: rejects a ``tau`` so small that ``(x - max x) / tau`` would go below it, rather than clip
+#: (clipping would merge distinct entries into ties and silently change the answer).
 Z_FLOOR = -1e290
 
 #: Status code of a row that was computed without failure.
