@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError, RowFailure, UnknownMethodError
-from topk_cli.operators._base import OK, Z_FLOOR, FloatArray, Forward, Implementation
+from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
 from topk_cli.operators.gradtopk import RecursionTrace, grad_recursive_trace
 from topk_cli.registry import METHODS, MethodSpec
 
@@ -137,11 +137,12 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object) -> _Prepared:
     top = np.max(np.where(finite, x2, -np.inf), axis=-1, keepdims=True)
     with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
         z = (x2 - top) / tau_f
-    if (finite & (z < Z_FLOOR)).any():
+    floor = spec.implementation.z_floor
+    if (finite & (z < floor)).any():
         spread = float(np.max(np.where(finite, top - x2, 0.0)))
         raise InvalidArgumentError(
-            f"tau={tau_f:g} is too small for the spread of x ({spread:g}): (x - max x) / tau leaves the "
-            f"float64 range the operators support ({Z_FLOOR:g}); use tau >= {spread / -Z_FLOOR:g}"
+            f"tau={tau_f:g} is too small for the spread of x ({spread:g}): (x - max x) / tau goes below "
+            f"{floor:g}, the lowest value method {spec.name!r} supports; use tau >= {spread / -floor:.3g}"
         )
     z = np.where(finite, z, -np.inf)
     return _Prepared(spec=spec, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)

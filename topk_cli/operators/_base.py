@@ -6,7 +6,7 @@ shifted and scaled:
 
 * ``z = (x - max_finite(x)) / tau`` row by row, so the largest finite entry of every row is 0;
 * masked entries (``x = -inf``) are ``-inf``; every other entry is finite and
-  ``>= Z_FLOOR``; every row has at least ``k`` finite entries;
+  ``>= implementation.z_floor``; every row has at least ``k`` finite entries;
 * ``1 <= k <= n`` is a Python ``int``.
 
 ``forward(z, k)`` returns a :class:`Forward`; ``jacobian(fwd, z, k)`` returns ``dp/dz`` of shape
@@ -25,10 +25,10 @@ from numpy.typing import NDArray
 
 FloatArray = NDArray[np.float64]
 
-#: Lowest finite ``z`` the operators accept: sums of up to ~1e15 such entries stay finite. The API
-#: rejects a ``tau`` so small that ``(x - max x) / tau`` would go below it, rather than clip
-#: (clipping would merge distinct entries into ties and silently change the answer).
-Z_FLOOR = -1e290
+#: Lowest finite ``z`` an implementation accepts unless it declares its own ``z_floor``. The API
+#: rejects a ``tau`` so small that ``(x - max x) / tau`` would go below the method's floor rather
+#: than clip (clipping would merge distinct entries into ties and silently change the answer).
+Z_FLOOR = -float(np.finfo(np.float64).max)
 
 #: Status code of a row that was computed without failure.
 OK = "ok"
@@ -73,9 +73,12 @@ class Implementation:
     (threshold methods), so equal inputs give bitwise-equal outputs by construction. For the
     others the public API averages ``p`` over groups of exactly equal entries, removing
     rounding-level asymmetries that the order of summation would otherwise introduce.
+    ``z_floor`` is the lowest finite ``z`` the implementation handles (e.g. a method summing up
+    to k entries of ``z`` needs ``k * z_floor`` to stay finite).
     """
 
     forward: ForwardFn
     jacobian: JacobianFn
     vjp: VjpFn
     elementwise: bool = False
+    z_floor: float = Z_FLOOR
