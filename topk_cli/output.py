@@ -5,22 +5,27 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from topk_cli.errors import InputError
 
 
-def write_text(text: str, path: Path | None) -> None:
-    """Write ``text`` to stdout (``path`` None or ``-``) or atomically to ``path``.
+def write_text(text: str | Iterable[str], path: Path | None) -> None:
+    """Write ``text`` (a string or an iterable of chunks) to stdout or atomically to ``path``.
 
-    The file is written to a temporary sibling and renamed over the target, so a failure never
-    leaves a truncated or half-written file behind.
+    ``path`` None or ``-`` means stdout. A file is written to a temporary sibling and renamed
+    over the target, so a failure never leaves a truncated or half-written file behind; it gets
+    the permissions a plain ``open()`` would give (the existing file's mode, else 0666 & ~umask).
+    Chunks are written as they come, so a large result never needs one huge string.
 
     Raises:
         InputError: the target directory does not exist or is not writable.
     """
+    chunks = [text] if isinstance(text, str) else text
     if path is None or str(path) == "-":
-        sys.stdout.write(text)
+        for chunk in chunks:
+            sys.stdout.write(chunk)
         sys.stdout.flush()
         return
     target = Path(path)
@@ -33,9 +38,14 @@ def write_text(text: str, path: Path | None) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise InputError(f"cannot write {target}: {exc.strerror}") from None
+    umask = os.umask(0)
+    os.umask(umask)  # read the umask without changing it
+    mode = (target.stat().st_mode & 0o7777) if target.exists() else (0o666 & ~umask)
     try:
+        os.chmod(tmp, mode)  # mkstemp creates 0600
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+            for chunk in chunks:
+                handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)

@@ -1,0 +1,422 @@
+"""What ``softtopk compute`` and ``softtopk methods`` show: the report, tables, tidy CSV, JSON.
+
+:func:`build_compute_report` runs the library (``evaluate`` per method, the hard top-k, and the
+Jacobian of the rows that succeeded) and returns a :class:`ComputeReport`; the ``render_*``
+functions turn it into text and never print. Big inputs are streamed into the CSV and JSON
+text chunk by chunk (no Python object per value beyond one chunk); tables are capped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from rich.table import Table
+from rich.text import Text
+
+from topk_cli.api import evaluate, jacobian, soft_topk
+from topk_cli.errors import InputError, InvalidArgumentError, RowFailure
+from topk_cli.inputs import LoadedInput
+from topk_cli.registry import METHODS
+from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
+
+#: Largest Jacobian ``--jacobian`` will form (numbers over all rows and methods).
+MAX_JACOBIAN_NUMBERS = 10_000_000
+#: Tables show at most this many vectors (blocks) and entries per vector.
+TABLE_MAX_BLOCKS = 20
+TABLE_MAX_ENTRIES = 100
+#: Tables show the Jacobian for n up to this.
+TABLE_MAX_JACOBIAN_N = 8
+#: At most this many per-row failure warnings; the rest are counted.
+MAX_WARNINGS = 10
+
+CSV_COLUMNS = ("row", "row_name", "entry", "label", "value", "hard", "method", "weight", "status")
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """One method on every row: weights ``(B, n)`` (NaN on failed rows), status per row.
+
+    ``jacobian`` is ``(B, n, n)`` ``d p_i / d x_j`` (NaN on failed rows) under ``--jacobian``.
+    """
+
+    method: str
+    weights: NDArray[np.float64]
+    status: NDArray[np.str_]
+    failures: tuple[RowFailure, ...]
+    jacobian: NDArray[np.float64] | None = None
+
+
+@dataclass(frozen=True)
+class ComputeReport:
+    """Everything ``compute`` prints: the input, the hard top-k and one run per method."""
+
+    k: int
+    tau: float
+    data: LoadedInput
+    hard: NDArray[np.float64]
+    runs: tuple[MethodRun, ...]
+
+    @property
+    def failed(self) -> bool:
+        """True when some method failed on some row (exit code 1)."""
+        return any(run.failures for run in self.runs)
+
+
+def build_compute_report(
+    data: LoadedInput, *, k: int, methods: Sequence[str], tau: float, with_jacobian: bool = False
+) -> ComputeReport:
+    """Run every method on every row of ``data``; failures are recorded per row, not raised.
+
+    Raises:
+        InvalidArgumentError: ``k < 1``, ``tau`` not a finite number > 0, or a Jacobian too big.
+        InputError: vectors shorter than ``k``, or a row with fewer than ``k`` unmasked entries.
+    """
+    x = data.values
+    rows, n = x.shape
+    if k < 1:
+        raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
+    if not (np.isfinite(tau) and tau > 0):
+        raise InvalidArgumentError(f"--tau must be a finite number > 0, got {tau}")
+    if k > n:
+        raise InputError(f"{data.source}: the vectors have n={n} entries, fewer than k={k}")
+    unmasked = np.isfinite(x).sum(axis=1)
+    if (unmasked < k).any():
+        r = int(np.argmax(unmasked < k))
+        raise InputError(
+            f"{data.source}: {_row_title(data, r)} has only {unmasked[r]} unmasked entries "
+            f"(-inf = masked), fewer than k={k}"
+        )
+    if with_jacobian and rows * n * n * len(methods) > MAX_JACOBIAN_NUMBERS:
+        raise InvalidArgumentError(
+            f"--jacobian would hold {rows * n * n * len(methods):.3g} numbers ({rows} rows, n={n}, "
+            f"{len(methods)} methods), more than {MAX_JACOBIAN_NUMBERS:.0e}; use topk_cli.vjp in Python"
+        )
+    hard = np.asarray(soft_topk(x, k, "hard"), dtype=np.float64)
+    runs = []
+    for name in methods:
+        result = evaluate(x, k, name, tau=tau)
+        jac = None
+        if with_jacobian:
+            jac = np.full((rows, n, n), np.nan)
+            ok = result.status == "ok"
+            if ok.any():
+                jac[ok] = jacobian(x[ok], k, name, tau=tau)
+        runs.append(
+            MethodRun(
+                method=name, weights=np.asarray(result.weights, dtype=np.float64),
+                status=np.asarray(result.status).reshape(rows), failures=result.failures, jacobian=jac,
+            )
+        )
+    return ComputeReport(k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs))
+
+
+def _row_title(data: LoadedInput, row: int) -> str:
+    if data.single:
+        return "the vector"
+    name = data.row_names[row]
+    return f"row {row}" + (f" ({name})" if data.row_names_given else "")
+
+
+def compute_warnings(report: ComputeReport) -> list[str]:
+    """One line per failed (method, row), capped at :data:`MAX_WARNINGS` with a count of the rest."""
+    lines: list[str] = []
+    failures = [f for run in report.runs for f in run.failures]
+    for failure in failures[:MAX_WARNINGS]:
+        row = failure.row[0] if failure.row else 0
+        level = f" at recursion level {failure.level}" if failure.level is not None else ""
+        if "level" in failure.detail:
+            level = ""
+        hint = ""
+        if failure.method == "grad-recursive" and "'grad'" not in failure.detail:
+            hint = "; use -m grad (the same operator, computed stably)"
+        lines.append(
+            f"{failure.method} failed on {_row_title(report.data, row)}: {failure.code}{level}: "
+            f"{failure.detail}{hint}"
+        )
+    if len(failures) > MAX_WARNINGS:
+        lines.append(f"... and {len(failures) - MAX_WARNINGS} more failed rows (see 'status' in the output)")
+    return lines
+
+
+# ---- table ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """Text for stdout and notes for stderr (e.g. what a capped table left out)."""
+
+    text: str
+    notes: tuple[str, ...] = ()
+
+
+def render_compute(report: ComputeReport, fmt: OutputFormat, *, color: bool = False) -> Rendered:
+    """The report in ``fmt``: a table (capped, with notes), tidy CSV or one JSON document.
+
+    Raises:
+        InvalidArgumentError: ``--jacobian`` with CSV output.
+    """
+    if fmt is OutputFormat.json:
+        return Rendered(render_compute_json(report))
+    if fmt is OutputFormat.csv:
+        if any(run.jacobian is not None for run in report.runs):
+            raise InvalidArgumentError("--jacobian is available with --format json or table, not csv")
+        return Rendered(render_compute_csv(report))
+    return render_compute_table(report, color=color)
+
+
+def render_compute_table(
+    report: ComputeReport,
+    *,
+    color: bool = False,
+    max_blocks: int = TABLE_MAX_BLOCKS,
+    max_entries: int = TABLE_MAX_ENTRIES,
+) -> Rendered:
+    """One block per vector: label, value, hard top-k, one column per method, a sum footer."""
+    data = report.data
+    rows, n = data.values.shape
+    notes: list[str] = []
+    renderables: list[Any] = []
+    shown_rows = min(rows, max_blocks)
+    for r in range(shown_rows):
+        renderables.append(_block(report, r, max_entries))
+        if report.runs and report.runs[0].jacobian is not None:
+            renderables.extend(_jacobian_tables(report, r))
+    if rows > shown_rows:
+        notes.append(
+            f"the table shows the first {shown_rows} of {rows} vectors; use --format csv or json for all"
+        )
+    if n > max_entries:
+        notes.append(
+            f"the table shows the first {max_entries} of {n} entries per vector (the sums cover all); "
+            "use --format csv or json for all"
+        )
+    if report.runs and report.runs[0].jacobian is not None and n > TABLE_MAX_JACOBIAN_N:
+        notes.append(f"the table omits Jacobians for n > {TABLE_MAX_JACOBIAN_N}; use --format json")
+    header = Text(
+        f"soft top-k of {data.source}: k={report.k}, tau={format_float(report.tau)}, n={n}"
+        + (f", {rows} vectors" if rows > 1 else "")
+    )
+    return Rendered(_tidy(renderables_to_text([header, *renderables], color=color), color), tuple(notes))
+
+
+def _block(report: ComputeReport, r: int, max_entries: int) -> Table:
+    data = report.data
+    n = data.values.shape[1]
+    title = None if data.single else _row_title(data, r)
+    table = Table(title=title, title_justify="left", show_footer=True, header_style="bold")
+    hard_sum = report.hard[r].sum()
+    table.add_column("entry", footer="sum")
+    table.add_column("value", justify="right")
+    table.add_column("hard", justify="right", footer=format_float(float(hard_sum)))
+    for run in report.runs:
+        status = str(run.status[r])
+        footer = format_float(float(run.weights[r].sum())) if status == "ok" else status
+        table.add_column(run.method, justify="right", footer=footer)
+    for i in range(min(n, max_entries)):
+        hard = report.hard[r, i]
+        style = "bold" if hard > 0 else None
+        cells = [
+            data.labels[i], format_float(float(data.values[r, i])), format_float(float(hard)),
+            *(format_float(float(run.weights[r, i])) for run in report.runs),
+        ]
+        table.add_row(*cells, style=style)
+    if n > max_entries:
+        table.add_row(f"... {n - max_entries} more", *([""] * (2 + len(report.runs))))
+    return table
+
+
+def _jacobian_tables(report: ComputeReport, r: int) -> list[Table]:
+    data = report.data
+    n = data.values.shape[1]
+    if n > TABLE_MAX_JACOBIAN_N:
+        return []
+    tables = []
+    for run in report.runs:
+        if run.jacobian is None or run.status[r] != "ok":
+            continue
+        where = "" if data.single else f", {_row_title(data, r)}"
+        table = Table(title=f"Jacobian d p_i / d x_j of {run.method}{where}", title_justify="left")
+        table.add_column("i \\ j")
+        for j in range(n):
+            table.add_column(data.labels[j], justify="right")
+        for i in range(n):
+            table.add_row(data.labels[i], *(format_float(float(v)) for v in run.jacobian[r, i]))
+        tables.append(table)
+    return tables
+
+
+# ---- CSV and JSON --------------------------------------------------------------------------
+
+
+def render_compute_csv(report: ComputeReport) -> str:
+    """Tidy CSV: one line per (row, method, entry) with the columns of :data:`CSV_COLUMNS`."""
+    data = report.data
+    rows, n = data.values.shape
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    entries = range(n)
+    chunk = 65536
+    for r in range(rows):
+        row_name = data.row_names[r]
+        for run in report.runs:
+            status = str(run.status[r])
+            for start in range(0, n, chunk):  # chunks: Python floats for one chunk at a time
+                stop = min(start + chunk, n)
+                writer.writerows(
+                    (r, row_name, i, data.labels[i], value, hard, run.method, weight, status)
+                    for i, value, hard, weight in zip(
+                        entries[start:stop],
+                        data.values[r, start:stop].tolist(),
+                        report.hard[r, start:stop].tolist(),
+                        run.weights[r, start:stop].tolist(),
+                        strict=True,
+                    )
+                )
+    return buffer.getvalue()
+
+
+def _json_floats(values: NDArray[np.float64]) -> str:
+    """A JSON array of floats (shortest round-trip repr; NaN and inf -> null), built by chunks."""
+    parts = []
+    finite = bool(np.isfinite(values).all())
+    for start in range(0, values.size, 65536):
+        chunk = values[start : start + 65536].tolist()
+        if finite:
+            parts.append(",".join(map(repr, chunk)))
+        else:
+            parts.append(",".join(repr(v) if np.isfinite(v) else "null" for v in chunk))
+    return "[" + ",".join(parts) + "]"
+
+
+def _json_strings(names: Sequence[str]) -> str:
+    """A JSON array of strings, built by chunks (lazy index names are never all materialised)."""
+    chunk = 65536
+    parts = [json.dumps(list(names[start : start + chunk]))[1:-1] for start in range(0, len(names), chunk)]
+    return "[" + ", ".join(parts) + "]"
+
+
+def _json_matrix(values: NDArray[np.float64]) -> str:
+    return "[" + ", ".join(_json_floats(row) for row in values) + "]"
+
+
+def render_compute_json(report: ComputeReport) -> str:
+    """One JSON document: ``{"k", "tau", "labels", "results": [{"method", "weights", "status"}]}``.
+
+    Extra keys: ``source``, ``n``, ``rows``, ``row_names``, ``hard`` (the hard top-k), per result
+    ``sums`` and ``failures`` (row, code, level, value, detail), and ``jacobian`` (a list per row,
+    ``null`` for failed rows) under ``--jacobian``. Weights of failed rows are ``null``.
+    """
+    data = report.data
+    rows, n = data.values.shape
+    arrays: list[str] = []
+
+    def big(text: str) -> str:  # arrays are spliced in after json.dumps of the small skeleton
+        arrays.append(text)
+        return f"\x00ARRAY{len(arrays) - 1}\x00"
+
+    results = []
+    for run in report.runs:
+        entry: dict[str, Any] = {
+            "method": run.method,
+            "weights": big(_json_matrix(run.weights)),
+            "status": big(json.dumps(run.status.tolist())),
+            "sums": big(_json_floats(np.where(run.status == "ok", run.weights.sum(axis=1), np.nan))),
+            "failures": [
+                {
+                    "row": f.row[0] if f.row else 0, "code": f.code, "level": f.level,
+                    "value": f.value, "detail": f.detail,
+                }
+                for f in run.failures
+            ],
+        }
+        if run.jacobian is not None:
+            entry["jacobian"] = [
+                big(_json_matrix(run.jacobian[r])) if run.status[r] == "ok" else None for r in range(rows)
+            ]
+        results.append(entry)
+    document = {
+        "k": report.k,
+        "tau": report.tau,
+        "source": data.source,
+        "n": n,
+        "rows": rows,
+        "labels": big(_json_strings(data.labels)),
+        "row_names": big(_json_strings(data.row_names)),
+        "hard": big(_json_matrix(report.hard)),
+        "results": results,
+    }
+    skeleton = render_json(document)
+    pieces = skeleton.split('"\\u0000ARRAY')
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        index, rest = piece.split('\\u0000"', 1)
+        out.append(arrays[int(index)])
+        out.append(rest)
+    return "".join(out)
+
+
+# ---- methods -------------------------------------------------------------------------------
+
+
+def methods_document() -> dict[str, Any]:
+    """Every registered method with its summary, family, claims, smoothness, reference, notes."""
+    return {
+        "methods": [
+            {
+                "name": spec.name,
+                "summary": spec.summary,
+                "family": spec.family,
+                "smoothness": spec.guarantees.smoothness,
+                "sparse": spec.guarantees.sparse,
+                "guarantees": spec.guarantees.as_dict(),
+                "reference": spec.reference,
+                "notes": spec.notes,
+            }
+            for spec in METHODS.values()
+        ]
+    }
+
+
+def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
+    """``softtopk methods`` in ``fmt``: overview and claims tables, JSON, or one CSV line per method."""
+    doc = methods_document()
+    if fmt is OutputFormat.json:
+        return render_json(doc)
+    properties = list(doc["methods"][0]["guarantees"])
+    if fmt is OutputFormat.csv:
+        columns = ["name", "family", "smoothness", "sparse", *properties, "summary", "reference", "notes"]
+        rows = [{**m, **m["guarantees"]} for m in doc["methods"]]
+        return render_csv(rows, columns)
+    overview = Table(title="Methods (softtopk compute -m NAME)", title_justify="left", header_style="bold")
+    for name in ("method", "family", "smoothness", "summary"):
+        overview.add_column(name, overflow="fold")
+    claims = Table(
+        title="Claimed guarantees (checked by softtopk verify-properties)", title_justify="left",
+        header_style="bold",
+    )
+    claims.add_column("method")
+    for prop in properties:
+        claims.add_column(prop, justify="center")
+    sources = Table(title="References and notes", title_justify="left", header_style="bold")
+    sources.add_column("method")
+    sources.add_column("reference and notes", overflow="fold")
+    for m in doc["methods"]:
+        overview.add_row(m["name"], m["family"], m["smoothness"], m["summary"])
+        claims.add_row(m["name"], *("yes" if m["guarantees"][p] else "no" for p in properties))
+        sources.add_row(m["name"], m["reference"] + (f"\nNote: {m['notes']}" if m["notes"] else ""))
+    return _tidy(renderables_to_text([overview, claims, sources], color=color, width=200), color)
+
+
+def _tidy(text: str, color: bool) -> str:
+    """Drop the trailing spaces rich pads titles with (plain text only: ANSI codes are kept as is)."""
+    if color:
+        return text
+    return "".join(line.rstrip() + "\n" for line in text.splitlines())
