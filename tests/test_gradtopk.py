@@ -1,0 +1,309 @@
+"""GradTopK: ``grad`` (log-space dynamic program) and ``grad-recursive`` (the article's recursion).
+
+Oracles: exact enumeration of the k-subsets in mpmath (``P(S) ∝ exp(sum_{i in S} x_i / tau)``),
+giving the marginals ``p``, the complements ``q = P(i not in S)`` (summed directly, so relatively
+accurate even where ``p`` rounds to 1) and the covariance matrix (the Jacobian); central finite
+differences; and ``tests/reference.py`` (independent mpmath ESP tables) for larger n.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import mpmath
+import numpy as np
+import pytest
+import reference as ref
+from mpmath import mp, mpf
+
+import topk_cli as st
+from topk_cli.errors import NumericalFailureError
+from topk_cli.operators.gradtopk import CANCELLATION_TOLERANCE
+
+DPS = 60
+
+
+def enumerate_subsets(x: np.ndarray, k: int, tau: float = 1.0) -> tuple[list, list, list]:
+    """``(p, q, cov)`` of the k-subset distribution of ``x / tau`` by enumeration (mpmath)."""
+    with mp.workdps(DPS):
+        xs = [mpf(float(v)) for v in x]
+        idx = [i for i, v in enumerate(xs) if v != mpmath.ninf]
+        n = len(xs)
+        top = max(xs[i] for i in idx)
+        subsets = list(itertools.combinations(idx, k))
+        logw = [mpmath.fsum((xs[i] - top) / mpf(tau) for i in s) for s in subsets]
+        m = max(logw)
+        w = [mpmath.exp(v - m) for v in logw]
+        total = mpmath.fsum(w)
+        both = [[mpf(0)] * n for _ in range(n)]
+        out = [mpf(0)] * n
+        for s, ws in zip(subsets, w, strict=True):
+            for i in s:
+                for j in s:
+                    both[i][j] += ws
+            for i in set(idx) - set(s):
+                out[i] += ws
+        p = [both[i][i] / total for i in range(n)]
+        q = [out[i] / total if i in idx else mpf(1) for i in range(n)]
+        cov = [
+            [both[i][j] / total - p[i] * p[j] if i in idx and j in idx else mpf(0) for j in range(n)]
+            for i in range(n)
+        ]
+        return p, q, cov
+
+
+def grid() -> list[tuple[str, np.ndarray, int]]:
+    """Adversarial small vectors (n <= 10), shifted so that the max is exactly 0 (the library's
+    shift is then exact and the oracle sees the same numbers), with every k."""
+    rng = np.random.default_rng(20240917)
+    cases = []
+    for n in (1, 2, 3, 5, 8, 10):
+        for spread in (1e-12, 1e-3, 1.0, 30.0, 1e4, 1e300):
+            x = rng.normal(size=n) * spread
+            if n >= 4 and spread == 30.0:  # a near-tie and an exact tie
+                x[1] = x[0] + 1e-9
+                x[3] = x[2]
+            x = x - x.max()
+            for k in sorted(k for k in {1, 2, n // 2, n - 1, n} if 1 <= k <= n):
+                cases.append((f"n={n} spread={spread:g} k={k}", x, k))
+    x = np.array([0.0, -np.inf, -0.5, -1.0, -np.inf, -3.0])  # masked entries
+    cases += [(f"masked k={k}", x, k) for k in (1, 2, 3, 4)]
+    return cases
+
+
+GRID = grid()
+
+
+@pytest.mark.parametrize(("name", "x", "k"), GRID, ids=[c[0] for c in GRID])
+def test_grad_matches_enumeration(name: str, x: np.ndarray, k: int) -> None:
+    p_ref, q_ref, _ = enumerate_subsets(x, k)
+    r = st.evaluate(x, k, "grad")
+    assert r.ok
+    assert np.max(np.abs(r.weights - np.array([float(v) for v in p_ref]))) <= 1e-13
+    # q = 1 - p relatively accurate, also where p rounds to 1 (log q compared)
+    for qi, qr in zip(r.complement, q_ref, strict=True):
+        if qr > mpf(10) ** -300:
+            assert abs(float(mpmath.log(qi) - mpmath.log(qr))) <= 1e-14 * max(1.0, abs(float(mpmath.log(qr))))
+        else:
+            assert qi <= 1e-290
+    assert np.all(np.abs(r.weights + r.complement - 1.0) <= 4e-16)
+
+
+def test_known_value() -> None:
+    probs = np.array([0.3, 0.6, 0.5, 0.2])
+    p = st.soft_topk(np.log(probs / (1 - probs)), 2, "grad")
+    np.testing.assert_array_equal(p.round(4), [0.3568, 0.7622, 0.6595, 0.2216])
+
+
+def test_saturated_complement_keeps_its_digits() -> None:
+    x = np.array([0.0, -5.0, -60.0, -100.0])  # p_0, p_1 within 1e-24 of 1
+    r = st.evaluate(x, 2, "grad")
+    _, q_ref, _ = enumerate_subsets(x, 2)
+    assert r.weights[0] == 1.0 and r.complement[0] > 0
+    np.testing.assert_allclose(r.complement, [float(v) for v in q_ref], rtol=1e-13)
+
+
+def test_offset_and_tau_do_not_change_the_answer() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=7)
+    base = st.soft_topk(x, 3, "grad")
+    np.testing.assert_allclose(st.soft_topk(x + 1e6, 3, "grad"), base, atol=1e-9)  # x + 1e6 rounds
+    xo = 1e6 + np.round(x, 3)
+    p_ref, _, _ = enumerate_subsets(xo, 3)
+    assert np.max(np.abs(st.soft_topk(xo, 3, "grad") - np.array([float(v) for v in p_ref]))) <= 1e-13
+    np.testing.assert_allclose(st.soft_topk(2 * x, 3, "grad", tau=2.0), base, atol=1e-15)
+
+
+def test_k1_is_softmax() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(4, 9)) * np.array([[0.01], [1.0], [10.0], [300.0]])
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(
+        st.soft_topk(x, 1, "grad"), e / e.sum(axis=-1, keepdims=True), rtol=1e-13, atol=1e-300
+    )
+
+
+def test_edge_cases() -> None:
+    np.testing.assert_array_equal(st.soft_topk([4.0], 1, "grad"), [1.0])
+    np.testing.assert_array_equal(st.soft_topk([3.0, 1.0, 2.0], 3, "grad"), [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(st.soft_topk(np.full(6, 2.5), 2, "grad"), np.full(6, 1 / 3), rtol=1e-15)
+    # tau tiny: z ~ -1e290, the hard top-k, with exact 0/1 complements
+    r = st.evaluate([1.0, 3.0, 2.0, 0.0], 2, "grad", tau=1e-300)
+    np.testing.assert_array_equal(r.weights, [0.0, 1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(r.complement, [1.0, 0.0, 0.0, 1.0])
+    # masked entries are absent: zero weight, the rest as without them (k > m/2 uses the complement)
+    x = np.array([0.3, -np.inf, 1.2, 0.7, -np.inf])
+    for k in (1, 2, 3):
+        p = st.soft_topk(x, k, "grad")
+        assert p[1] == 0.0 and p[4] == 0.0
+        np.testing.assert_allclose(p[[0, 2, 3]], st.soft_topk(x[[0, 2, 3]], k, "grad"), atol=1e-16)
+    # equal inputs give equal outputs; float32 in, float32 out
+    p = st.soft_topk(np.array([1.0, 2.0, 2.0, 0.5, 2.0], dtype=np.float32), 2, "grad")
+    assert p.dtype == np.float32 and p[1] == p[2] == p[4]
+
+
+def test_complement_identity_and_batch_with_mixed_masks() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(6, 40)) * 3
+    x[1, :15] = -np.inf
+    x[2, ::2] = -np.inf
+    k = 12
+    p = st.soft_topk(x, k, "grad")  # rows 1 and 2 have k > m / 2: the complement program
+    for b in range(6):
+        row = x[b]
+        keep = np.isfinite(row)
+        single = st.soft_topk(row[keep], k, "grad")
+        np.testing.assert_allclose(p[b, keep], single, atol=1e-15)
+        # p(z, k) = 1 - p(-z, m - k)
+        m = int(keep.sum())
+        if k < m:
+            other = st.evaluate(-row[keep], m - k, "grad")
+            np.testing.assert_allclose(p[b, keep], other.complement, atol=1e-14)
+    np.testing.assert_allclose(p.sum(axis=-1), k, rtol=1e-14)
+
+
+def test_larger_n_against_reference() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=60) * 2
+    for k in (7, 30, 53):
+        expected = np.array(ref.to_floats(ref.grad_esp(list(x), k, dps=30)))
+        assert np.max(np.abs(st.soft_topk(x, k, "grad") - expected)) <= 1e-13
+
+
+JAC_CASES = [
+    (np.array([0.0, -0.3, -1.1, -2.0, -2.0]), 2),
+    (np.array([0.0, -1.0, -40.0, -41.0, -80.0]), 2),  # saturated entries: tiny covariances
+    (np.array([0.0, -np.inf, -0.5, -3.0, -0.7]), 3),
+    (np.array([0.0, -0.2, -0.4, -5.0, -9.0, -0.1]), 4),
+]
+
+
+@pytest.mark.parametrize(("x", "k"), JAC_CASES)
+def test_jacobian_is_the_subset_covariance(x: np.ndarray, k: int) -> None:
+    _, _, cov = enumerate_subsets(x, k)
+    jac = st.jacobian(x, k, "grad")
+    c = np.array([[float(v) for v in row] for row in cov])
+    scale = np.sqrt(np.outer(np.diag(c), np.diag(c)))
+    # entrywise relative to sqrt(C_ii C_jj): tiny covariances of saturated entries are right too
+    assert np.all(np.abs(jac - c) <= 1e-13 * scale + 1e-300)
+    np.testing.assert_array_equal(jac, jac.T)
+    assert np.all(np.abs(jac.sum(axis=-1)) <= 1e-15)
+    assert np.linalg.eigvalsh(jac).min() >= -1e-15
+
+
+def test_jacobian_matches_finite_differences_and_tau() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=7)
+    tau, h = 0.7, 1e-6
+    jac = st.jacobian(x, 3, "grad", tau=tau)
+    fd = np.empty((7, 7))
+    for j in range(7):
+        e = np.zeros(7)
+        e[j] = h
+        fd[:, j] = (st.soft_topk(x + e, 3, "grad", tau=tau) - st.soft_topk(x - e, 3, "grad", tau=tau)) / (
+            2 * h
+        )
+    np.testing.assert_allclose(jac, fd, atol=1e-9)
+
+
+def test_vjp_is_v_times_jacobian() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(3, 2, 9)) * np.array([1.0, 10.0, 100.0])[:, None, None]
+    x[1, 0, 4] = -np.inf
+    v = rng.normal(size=x.shape)
+    for k in (1, 4, 7):
+        jac = st.jacobian(x, k, "grad")
+        got = st.vjp(x, k, v, "grad")
+        np.testing.assert_allclose(got, np.einsum("...i,...ij->...j", v, jac), atol=1e-14)
+        assert got[1, 0, 4] == 0.0
+
+
+def test_vjp_large_n_matches_finite_differences() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=300)
+    v = rng.normal(size=300)
+    h = 1e-6
+    fd = (st.soft_topk(x + h * v, 120, "grad") - st.soft_topk(x - h * v, 120, "grad")) / (2 * h)
+    np.testing.assert_allclose(st.vjp(x, 120, v, "grad"), fd, atol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# grad-recursive
+
+
+def test_recursive_log0_at_the_right_level() -> None:
+    x = [0.0, 0.0, -50.0, -100.0]  # level-2 marginals of entries 0, 1 round to 1
+    r = st.evaluate(x, 3, "grad-recursive")
+    assert r.status == "log0" and np.isnan(r.weights).all()
+    (f,) = r.failures
+    assert (f.level, f.value) == (3, 0.0)
+    assert "entry 0" in f.detail and "'grad'" in f.detail
+    t = st.trace_grad_recursive(x, 3)
+    assert t.kind.tolist() == ["log0"] and t.failed_level.tolist() == [3]
+    np.testing.assert_allclose(t.value_before, [0.5])  # entry 0's level-2 argument, 1 - 1/2
+    np.testing.assert_allclose(t.min_argument, [0.5])
+    with pytest.raises(NumericalFailureError, match="log0"):
+        st.soft_topk(x, 3, "grad-recursive")
+    assert isinstance(NumericalFailureError(r.failures), ArithmeticError)
+
+
+def test_recursive_log_negative() -> None:
+    x = [10.8, 39.1, 28.4, -21.1]  # the level-2 marginal of entry 1 is computed as 1 + 4e-13
+    r = st.evaluate(x, 3, "grad-recursive")
+    assert r.status == "log-negative"
+    (f,) = r.failures
+    assert f.level == 3 and f.value is not None and f.value < 0 and "entry 1" in f.detail
+    np.testing.assert_allclose(st.soft_topk(x, 3, "grad"), ref.to_floats(ref.grad(x, 3)), atol=1e-15)
+
+
+def test_recursive_agrees_with_grad_on_easy_rows() -> None:
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(5, 12))
+    for k in (1, 2, 3):
+        r = st.evaluate(x, k, "grad-recursive")
+        assert r.ok
+        np.testing.assert_allclose(r.weights, st.soft_topk(x, k, "grad"), atol=1e-13)
+        np.testing.assert_allclose(r.complement, st.evaluate(x, k, "grad").complement, rtol=1e-12)
+    np.testing.assert_allclose(st.jacobian(x, 3, "grad-recursive"), st.jacobian(x, 3, "grad"))
+    np.testing.assert_allclose(st.vjp(x, 3, x, "grad-recursive"), st.vjp(x, 3, x, "grad"))
+
+
+def test_recursive_reports_instead_of_returning_wrong_values() -> None:
+    rng = np.random.default_rng(9)
+    kinds: set[str] = set()
+    for n, k in ((8, 3), (20, 6), (40, 20), (60, 58), (100, 10)):
+        scales = np.logspace(-1, 3, 40)[:, None]
+        x = rng.normal(size=(40, n)) * scales
+        x[::7, 0] = x[::7, 1]  # some exact ties
+        r = st.evaluate(x, k, "grad-recursive")
+        good = st.soft_topk(x, k, "grad")
+        ok = r.status == "ok"
+        kinds |= set(r.status[~ok].tolist())
+        assert np.all(np.isnan(r.weights[~ok]))
+        assert np.max(np.abs(r.weights[ok] - good[ok]), initial=0.0) <= 1e-12
+        assert len(r.failures) == int((~ok).sum())
+        if n == 8:  # and against the independent oracle, not only against grad
+            for b in np.flatnonzero(ok)[::4]:
+                expected = ref.to_floats(ref.grad(list(x[b]), k))
+                assert np.max(np.abs(r.weights[b] - expected)) <= 1e-12
+        trace = st.trace_grad_recursive(x, k)
+        hard_fail = np.isin(r.status, ["log0", "log-negative"])
+        np.testing.assert_array_equal(trace.kind[hard_fail], r.status[hard_fail])
+        assert np.all(trace.kind[~hard_fail] == "ok")
+    assert {"log0", "cancellation"} <= kinds  # the batch does exercise the failure paths
+
+
+def test_recursive_cancellation_message() -> None:
+    x = np.random.default_rng(10).normal(size=40)
+    r = st.evaluate(x, 20, "grad-recursive")  # errors compound over 20 levels (~1e-7 here)
+    assert r.status == "cancellation"
+    (f,) = r.failures
+    assert f"{CANCELLATION_TOLERANCE:g}" in f.detail and "'grad'" in f.detail
+    assert f.value is not None and 0 < f.value < 1 and f.level is not None and 2 <= f.level <= 20
+
+
+def test_recursive_near_uniform_many_levels_is_fine() -> None:
+    x = np.random.default_rng(11).normal(size=200) * 1e-3
+    r = st.evaluate(x, 100, "grad-recursive")  # arguments ~1/2 at every level, errors do not grow
+    assert r.ok
+    np.testing.assert_allclose(r.weights, st.soft_topk(x, 100, "grad"), atol=1e-12)

@@ -1,0 +1,287 @@
+"""Accuracy of the sequential operators ``iterative`` and ``weighted-softmax``.
+
+The oracle is the naive recurrence of MATH.md run in mpmath at a precision high enough that
+``1 - p`` keeps its digits (``weighted-softmax`` needs ``q`` *relatively*, so the precision grows
+with the spread of ``z``). It starts from the same float64 ``z = (x - max x) / tau`` as the
+library, so the comparison measures the algorithm, not the rounding of the quotient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from mpmath import mp, mpf
+
+import topk_cli as st
+from topk_cli.errors import NumericalFailureError
+
+METHODS = ("iterative", "weighted-softmax")
+
+
+def _z(x: list[float], tau: float) -> list[float]:
+    """The library's shifted, scaled row (float64, same operations as the public API)."""
+    arr = np.asarray(x, dtype=np.float64)
+    fin = np.isfinite(arr)
+    top = arr[fin].max()
+    return [float((v - top) / tau) if f else -math.inf for v, f in zip(arr, fin)]
+
+
+def _digits_needed(z: list[float], k: int, *, relative: bool) -> int:
+    """``1 - p`` to absolute accuracy ``1e-60 / max|z|`` (enough for ``iterative``'s ``p``), or
+    relatively (``weighted-softmax``; any complement): ``q`` can be as small as ``e^{-k spread}``."""
+    fin = [v for v in z if v != -math.inf]
+    spread = max(fin) - min(fin)
+    extra = int(k * spread / math.log(10)) if relative else 0
+    return 60 + extra + int(math.log10(1.0 + spread))
+
+
+def ref(method: str, x: list[float], k: int, tau: float, *, relative: bool = True) -> tuple[list, list]:
+    """``(p, 1 - p)`` by the naive recurrence in mpmath; masked entries get 0 (complement 1).
+
+    ``relative=False`` lowers the precision to what ``iterative``'s ``p`` needs (not its ``q``).
+    """
+    z = _z(x, tau)
+    idx = [i for i, v in enumerate(z) if v != -math.inf]
+    with mp.workdps(_digits_needed(z, k, relative=relative or method == "weighted-softmax")):
+        zz = [mpf(z[i]) for i in idx]
+        p = [mpf(0)] * len(zz)
+        if method == "iterative":
+            zmin = min(zz)
+            zz = [v - zmin for v in zz]
+            for _ in range(k):
+                y = [(1 - pi) * v for pi, v in zip(p, zz)]
+                m = max(y)
+                e = [mpmath.exp(v - m) for v in y]
+                tot = mpmath.fsum(e)
+                p = [pi + ei / tot for pi, ei in zip(p, e)]
+        else:
+            for _ in range(k):
+                u = [(1 - pi) * mpmath.exp(v) for pi, v in zip(p, zz)]
+                tot = mpmath.fsum(u)
+                p = [pi + ui / tot for pi, ui in zip(p, u)]
+        full = [mpf(0)] * len(z)
+        for i, v in zip(idx, p):
+            full[i] = v
+        return [float(v) for v in full], [float(1 - v) for v in full]
+
+
+def naive(method: str, x: list[float], k: int, tau: float) -> np.ndarray:
+    """The recurrence in float64 with ``1 - p`` by subtraction (each softmax itself stable)."""
+    z = np.asarray(_z(x, tau))
+    p = np.zeros_like(z)
+    if method == "iterative":
+        z = z - z.min()
+        for _ in range(k):
+            y = (1 - p) * z
+            e = np.exp(y - y.max())
+            p = p + e / e.sum()
+    else:
+        for _ in range(k):  # the usual stable weighted softmax: log-weights, max subtracted
+            with np.errstate(divide="ignore"):  # log 0 = -inf for a weight that rounded to 0
+                a = np.log(1 - p) + z
+            e = np.exp(a - a.max())
+            p = p + e / e.sum()
+    return p
+
+
+def _close(got: np.ndarray, want: list[float], rtol: float, atol: float) -> bool:
+    return bool(np.allclose(got, want, rtol=rtol, atol=atol))
+
+
+# --------------------------------------------------------------------------- forward accuracy
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_matches_mpmath_over_spreads_and_taus(method: str) -> None:
+    rng = np.random.default_rng(7)
+    worst_p = worst_q = 0.0
+    for n in (1, 2, 3, 5, 6):
+        for tau in (1e-3, 0.03, 0.3, 1.0, 10.0, 1e3):
+            for spread in (1.0, 3.0) if tau > 1e-3 else (1.0,):  # (mpmath needs ~k spread/tau digits)
+                x = (spread * rng.standard_normal(n)).tolist()
+                for k in sorted({1, 2, min(3, n), n} - {0}):
+                    if k > n:
+                        continue
+                    r = st.evaluate(x, k, method, tau=tau)
+                    assert r.ok
+                    p_ref, q_ref = ref(method, x, k, tau)
+                    scale = max(1.0, max(abs(v) for v in p_ref))
+                    worst_p = max(worst_p, float(np.max(np.abs(r.weights - p_ref))) / scale)
+                    # the complement relatively (down to the float64 range), where it matters
+                    rel = np.abs(r.complement - q_ref) / np.maximum(np.abs(q_ref), 1e-300)
+                    worst_q = max(worst_q, float(np.max(np.where(np.abs(q_ref) > 1e-290, rel, 0.0))))
+    assert worst_p < 1e-13, worst_p
+    # relative accuracy of e^{-gap}-small complements: rounding of z itself costs ~|z| eps
+    assert worst_q < 1e-9, worst_q
+
+
+def test_weighted_softmax_k2_limit_is_one_and_a_half_and_a_half() -> None:
+    x = [3.0, 2.0, 1.0, 0.0]
+    p = st.soft_topk(x, 2, "weighted-softmax", tau=1e-3)
+    np.testing.assert_allclose(p, [1.5, 0.5, 0.0, 0.0], atol=1e-12)
+    q = st.evaluate(x, 2, "weighted-softmax", tau=1e-3).complement
+    np.testing.assert_allclose(q, [-0.5, 0.5, 1.0, 1.0], atol=1e-12)
+    # the naive float64 recurrence hides the wrong limit behind 1 - p = 0
+    np.testing.assert_allclose(naive("weighted-softmax", x, 2, 1e-3), [1.0, 1.0, 0.0, 0.0], atol=1e-12)
+
+
+def test_weighted_softmax_k3_small_tau_goes_through_a_negative_normaliser() -> None:
+    x = [3.0, 2.0, 1.0, 0.0]
+    p = st.soft_topk(x, 3, "weighted-softmax", tau=1e-3)
+    p_ref, _ = ref("weighted-softmax", x, 3, 1e-3)
+    np.testing.assert_allclose(p, p_ref, atol=1e-12)
+    np.testing.assert_allclose(p, [2.5, 0.5, 0.0, 0.0], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("method", "x", "k", "tau"),
+    [
+        ("weighted-softmax", [3.0, 2.0, 1.0, 0.0], 2, 1e-3),
+        ("weighted-softmax", [0.5, 0.46, 0.1, -0.3], 3, 1e-3),
+        # q_1 = e^{-40} is lost by 1 - p, but q_1 * (z_1 - min z) = 4e7 decides round three
+        ("iterative", [0.0, -0.04, -1e22, -2e22], 3, 1e-3),
+    ],
+)
+def test_naive_float64_is_wrong_where_the_faithful_code_is_right(
+    method: str, x: list[float], k: int, tau: float
+) -> None:
+    p_ref, _ = ref(method, x, k, tau, relative=False)
+    assert not _close(naive(method, x, k, tau), p_ref, rtol=1e-3, atol=1e-3)
+    assert _close(st.soft_topk(x, k, method, tau=tau), p_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_iterative_exceeds_one_at_k_equal_n() -> None:
+    p = st.soft_topk([1.0, 0.0], 2, "iterative")
+    p_ref, q_ref = ref("iterative", [1.0, 0.0], 2, 1.0)
+    np.testing.assert_allclose(p, p_ref, rtol=1e-14)
+    assert p[0] > 1.29 and abs(p.sum() - 2.0) < 1e-14
+    np.testing.assert_allclose(st.evaluate([1.0, 0.0], 2, "iterative").complement, q_ref, rtol=1e-13)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("tau", [1e-3, 0.5, 1e3])
+def test_k1_is_softmax(method: str, tau: float) -> None:
+    x = np.array([0.3, -1.2, 0.8, 0.1, 2.0, 1e-3])
+    z = (x - x.max()) / tau
+    softmax = np.exp(z) / np.exp(z).sum()
+    np.testing.assert_allclose(st.soft_topk(x, 1, method, tau=tau), softmax, rtol=1e-14, atol=1e-300)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_edge_cases(method: str) -> None:
+    # n = 1, k = n, all equal, ties, huge offsets
+    assert st.soft_topk([4.0], 1, method).tolist() == [1.0]
+    np.testing.assert_allclose(st.soft_topk([2.0, 2.0, 2.0], 2, method), [2 / 3] * 3, rtol=1e-14)
+    x = np.array([0.7, 0.2, 0.7, -0.4, 0.2])
+    for k in (1, 2, 3, 5):
+        p = st.soft_topk(x, k, method, tau=0.3)
+        assert p[0] == p[2] and p[1] == p[4]
+        assert abs(p.sum() - k) < 1e-13
+        np.testing.assert_allclose(st.soft_topk(x + 1e6, k, method, tau=0.3), p, atol=1e-9)
+        np.testing.assert_allclose(p, ref(method, x.tolist(), k, 0.3)[0], rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_wide_spread_small_tau_stays_finite(method: str) -> None:
+    rng = np.random.default_rng(3)
+    x = 1e4 * rng.standard_normal((4, 7))
+    for k in (1, 2, 3, 7):
+        r = st.evaluate(x, k, method, tau=1e-3)
+        assert r.ok and np.isfinite(r.weights).all()
+        np.testing.assert_allclose(r.weights.sum(axis=-1), k, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_masked_entries_behave_as_absent(method: str) -> None:
+    x = [0.4, -np.inf, 1.1, -0.3, -np.inf, 0.9]
+    kept = [0, 2, 3, 5]
+    sub = [x[i] for i in kept]
+    for k in (1, 2, 4):
+        p = st.soft_topk(x, k, method, tau=0.7)
+        assert p[1] == 0.0 and p[4] == 0.0
+        np.testing.assert_allclose(p[kept], st.soft_topk(sub, k, method, tau=0.7), rtol=1e-14)
+        q = st.evaluate(x, k, method, tau=0.7).complement
+        assert q[1] == 1.0 and q[4] == 1.0
+        jac = st.jacobian(x, k, method, tau=0.7)
+        assert not jac[[1, 4]].any() and not jac[:, [1, 4]].any()
+        np.testing.assert_allclose(jac[np.ix_(kept, kept)], st.jacobian(sub, k, method, tau=0.7), atol=1e-14)
+        v = np.array([1.0, 5.0, -2.0, 0.5, 7.0, 3.0])
+        np.testing.assert_allclose(st.vjp(x, k, v, method, tau=0.7), v @ jac, atol=1e-14)
+
+
+# --------------------------------------------------------------------------- derivatives
+
+
+def _fd_reference_jacobian(method: str, x: list[float], k: int, tau: float) -> np.ndarray:
+    """Central differences of the mpmath recurrence in x (step 1e-12 at 60+ digits)."""
+    n = len(x)
+    h = mpf("1e-15")
+    out = np.zeros((n, n))
+    with mp.workdps(80):
+        for j in range(n):
+            cols = []
+            for sign in (1, -1):
+                xs = [mpf(v) for v in x]
+                xs[j] += sign * h
+                z = [(v - max(xs)) / tau for v in xs]
+                p = [mpf(0)] * n
+                if method == "iterative":
+                    zmin = min(z)
+                    d = [v - zmin for v in z]
+                    for _ in range(k):
+                        y = [(1 - pi) * v for pi, v in zip(p, d)]
+                        e = [mpmath.exp(v - max(y)) for v in y]
+                        p = [pi + ei / mpmath.fsum(e) for pi, ei in zip(p, e)]
+                else:
+                    for _ in range(k):
+                        u = [(1 - pi) * mpmath.exp(v) for pi, v in zip(p, z)]
+                        p = [pi + ui / mpmath.fsum(u) for pi, ui in zip(p, u)]
+                cols.append(p)
+            out[:, j] = [float((a - b) / (2 * h)) for a, b in zip(*cols)]
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("tau", [0.1, 1.0, 100.0])
+def test_jacobian_matches_finite_differences_of_the_reference(method: str, tau: float) -> None:
+    rng = np.random.default_rng(11)
+    for n, k in ((2, 1), (4, 2), (5, 3), (5, 5)):
+        x = rng.uniform(-1.0, 1.0, n).tolist()
+        jac = st.jacobian(x, k, method, tau=tau)
+        want = _fd_reference_jacobian(method, x, k, tau)
+        err = np.abs(jac - want).max() / max(np.abs(want).max(), 1e-300)
+        assert err < 1e-8, (n, k, err)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_vjp_is_v_times_jacobian_on_a_batch(method: str) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3, 6)) * np.array([[0.1], [1.0], [5.0]])
+    v = rng.normal(size=(3, 6))
+    for k in (1, 3, 6):
+        for tau in (0.05, 1.0):
+            jac = st.jacobian(x, k, method, tau=tau)
+            got = st.vjp(x, k, v, method, tau=tau)
+            want = np.einsum("bi,bij->bj", v, jac)
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * np.abs(jac).max())
+
+
+def test_iterative_jacobian_keeps_tiny_entries_relatively_accurate() -> None:
+    # saturated entries: dp/dx ~ e^{-gap}; total-minus-own would leave rounding noise of ~1e-16
+    x = [2.0, 0.0, -1.0]
+    jac = st.jacobian(x, 1, "iterative", tau=0.05)
+    want = _fd_reference_jacobian("iterative", x, 1, 0.05)
+    np.testing.assert_allclose(jac, want, rtol=1e-8, atol=0.0)
+
+
+def test_weighted_softmax_derivative_overflow_is_reported_not_nan() -> None:
+    x = [3.0, 2.0, 1.0, 0.0]
+    with pytest.raises(NumericalFailureError, match="overflow"):
+        st.jacobian(x, 2, "weighted-softmax", tau=1e-3)
+    with pytest.raises(NumericalFailureError, match="overflow"):
+        st.vjp(x, 2, [1.0, 0.0, 0.0, 0.0], "weighted-softmax", tau=1e-3)
+    # iterative's derivative stays finite there (it is exponentially small, not overflowing)
+    assert np.isfinite(st.jacobian(x, 2, "iterative", tau=1e-3)).all()
