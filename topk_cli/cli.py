@@ -17,7 +17,11 @@ from typing import Annotated, Any, Optional, TypeVar
 import typer
 
 from topk_cli import __version__
-from topk_cli.errors import SoftTopKError
+from topk_cli.api import DEFAULT_METHOD
+from topk_cli.errors import InputError, SoftTopKError, UnknownMethodError
+from topk_cli.inputs import LoadedInput, load_input
+from topk_cli.output import write_text
+from topk_cli.registry import METHODS
 from topk_cli.render.common import OutputFormat
 
 app = typer.Typer(
@@ -108,8 +112,296 @@ def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
+def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]:
+    """The method names of ``-m``, in the order given; ``all`` means every method (registry order).
+
+    ``None`` or an empty list gives ``default``; duplicates are dropped; a comma-separated
+    value (``-m grad,thre-exp``) is accepted too.
+
+    Raises:
+        UnknownMethodError: a name not in the registry (the message lists the valid names).
+    """
+    requested = [part.strip() for name in (names or []) for part in name.split(",") if part.strip()]
+    if not requested:
+        requested = list(default)
+    out: list[str] = []
+    for name in requested:
+        if name == "all":
+            chosen = list(METHODS)
+        elif name in METHODS:
+            chosen = [name]
+        else:
+            raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}, or 'all'")
+        out.extend(m for m in chosen if m not in out)
+    return out
+
+
+def read_vectors(
+    input: str | None, values: str | None, column: str | None = None, input_format: str | None = None
+) -> LoadedInput:
+    """Load the vectors of INPUT or ``--values`` (exactly one of them) as a 2-D float64 batch.
+
+    Raises:
+        InputError: both or neither of INPUT and ``--values``; unreadable or invalid input.
+    """
+    if input is not None and values is not None:
+        raise InputError("give either INPUT or --values, not both")
+    if input is None and values is None:
+        raise InputError("no input: give a file (or '-' for stdin) or --values 3,2,1,4")
+    return load_input(input, values=values, column=column, input_format=input_format)
+
+
 # ---- commands --------------------------------------------------------------------------------
 # COMMANDS-BEGIN (each helper edits only its own command below)
+
+
+@app.command(
+    short_help="List the methods and what each claims.",
+    epilog="\b\nExamples:\n  softtopk methods\n  softtopk methods --format json",
+)
+@boundary
+def methods(fmt: FormatOpt = OutputFormat.table, output: OutputOpt = None) -> None:
+    """List every method: summary, family, smoothness, claimed guarantees, reference."""
+    from topk_cli.render.compute import render_methods
+
+    write_text(render_methods(fmt, color=color_enabled() and output is None), output)
+
+
+@app.command(
+    short_help="Soft top-k weights of a vector or a batch, per method.",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk compute -m thre-sigmoid -m grad -k 2 sample_inputs/scores.csv\n"
+        "  softtopk compute -m all -k 2 --values 3,2,1,4\n"
+        "  softtopk compute -k 2 --format json -o weights.json sample_inputs/router_logits.csv\n"
+        "  cat sample_inputs/scores.json | softtopk compute -k 3 --format csv -"
+    ),
+)
+@boundary
+def compute(
+    k: Annotated[int, typer.Option("-k", help="How many entries to select (1 <= k <= n).", show_default=False)],
+    input: InputArg = None,
+    method: MethodOpt = None,
+    tau: TauOpt = 1.0,
+    values: ValuesOpt = None,
+    column: ColumnOpt = None,
+    input_format: InputFormatOpt = None,
+    with_jacobian: Annotated[
+        bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
+    ] = False,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+) -> None:
+    """Soft top-k weights of every vector in INPUT, one column per method (default thre-laplace).
+
+    Exit code 1 when a method failed numerically on some row (e.g. grad-recursive); the other
+    rows and methods are still printed, and stderr names the failed rows.
+    """
+    from topk_cli.render.compute import build_compute_report, compute_warnings, render_compute
+
+    data = read_vectors(input, values, column, input_format)
+    names = resolve_methods(method, default=[DEFAULT_METHOD])
+    report = build_compute_report(data, k=k, methods=names, tau=tau, with_jacobian=with_jacobian)
+    rendered = render_compute(report, fmt, color=color_enabled() and output is None)
+    write_text(rendered.text, output)
+    for note in rendered.notes:
+        typer.echo(f"softtopk: note: {note}", err=True)
+    for warning in compute_warnings(report):
+        typer.echo(f"softtopk: warning: {warning}", err=True)
+    if report.failed:
+        raise typer.Exit(code=1)
+
+
+@app.command(
+    "verify-properties",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk verify-properties\n"
+        "  softtopk verify-properties -m thre-laplace -m grad --trials 5 --seed 1 --strict\n"
+        "  softtopk verify-properties -k 2 --format json sample_inputs/scores.csv"
+    ),
+)
+@boundary
+def verify_properties_command(
+    input: InputArg = None,
+    method: MethodOpt = None,
+    k: Annotated[
+        Optional[int], typer.Option("-k", help="Fixed k (default: vary k = 1, 2, n/3, n-1, n).", show_default=False)
+    ] = None,
+    tau: TauOpt = 1.0,
+    values: ValuesOpt = None,
+    column: ColumnOpt = None,
+    input_format: InputFormatOpt = None,
+    trials: Annotated[int, typer.Option("--trials", help="Size of the default suite (random vectors per size).")] = 3,
+    seed: SeedOpt = 0,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a property a method claims fails.")] = False,
+) -> None:
+    """Measure range, sum, monotonicity, invariances, limits, smoothness, Jacobian and finiteness.
+
+    Without INPUT or --values: a deterministic adversarial suite (--seed, --trials). Verdicts are
+    measured; the registry's claims are only compared (disagreements are marked).
+    """
+    from topk_cli.errors import InvalidArgumentError
+    from topk_cli.properties import verify_properties
+    from topk_cli.render.common import ProgressReporter
+    from topk_cli.render.properties import render_properties
+
+    if trials < 1:
+        raise InvalidArgumentError(f"--trials must be >= 1, got {trials}")
+    if k is not None and k < 1:
+        raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
+    vectors = None
+    if input is not None or values is not None:
+        vectors = read_vectors(input, values, column, input_format).values
+    names = resolve_methods(method, default=["all"])
+    with ProgressReporter("verify-properties", enabled=stderr_is_terminal()) as progress:
+        report = verify_properties(names, vectors, k, tau=tau, trials=trials, seed=seed, progress=progress)
+    write_text(render_properties(report, fmt, color=color_enabled() and output is None, k=k), output)
+    if strict and report.claim_failures:
+        for r in report.claim_failures:
+            typer.echo(f"softtopk: {r.method} claims {r.property} but it fails: {r.detail}", err=True)
+        raise typer.Exit(code=1)
+
+
+def _write_bytes(data: bytes, path: Path) -> None:
+    """Write ``data`` atomically (temporary sibling, then rename), like ``write_text``."""
+    import tempfile
+
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"cannot write {target}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a plot is an ordinary file
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@app.command(
+    "temperature-sweep",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk temperature-sweep -k 2\n"
+        "  softtopk temperature-sweep -k 2 -m all --taus 1e-3:1e3:13 --match 0.9 sample_inputs/scores.csv\n"
+        "  softtopk temperature-sweep -k 2 --values 3,2,1,0 --taus 0.01,0.1,1 --format json --plot sweep.png"
+    ),
+)
+@boundary
+def temperature_sweep_command(
+    k: Annotated[int, typer.Option("-k", help="How many entries to select (1 <= k <= n).", show_default=False)],
+    input: InputArg = None,
+    method: MethodOpt = None,
+    values: ValuesOpt = None,
+    column: ColumnOpt = None,
+    input_format: InputFormatOpt = None,
+    row: Annotated[int, typer.Option("--row", help="Which row of a batch input to sweep (0-based).")] = 0,
+    taus: Annotated[
+        str, typer.Option("--taus", help="START:STOP:COUNT (log-spaced, endpoints included) or a list a,b,c.")
+    ] = "1e-3:1e3:13",
+    match: Annotated[
+        Optional[float],
+        typer.Option("--match", help="Also find, per method, the tau reaching this top-k mass (e.g. 0.9).", show_default=False),
+    ] = None,
+    plot: Annotated[
+        Optional[Path], typer.Option("--plot", help="Save a PNG: error vs gradient signal (needs matplotlib).", show_default=False)
+    ] = None,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+) -> None:
+    """Distance to hard top-k, top-k mass, entropy and gradient signal of each method across tau.
+
+    Also the limits tau -> 0 (hard top-k or not, and the vector reached) and tau -> infinity.
+    Without INPUT or --values the vector 3,2,1.5,1,0,-1 is swept; a batch sweeps one --row.
+    """
+    from topk_cli.analysis.sweep import DEFAULT_SWEEP_VECTOR, parse_taus, temperature_sweep
+    from topk_cli.errors import InvalidArgumentError
+    from topk_cli.render.common import ProgressReporter
+    from topk_cli.render.sweep import render_plot_png, render_sweep
+
+    grid = parse_taus(taus)
+    if input is None and values is None:
+        x = list(DEFAULT_SWEEP_VECTOR)
+    else:
+        data = read_vectors(input, values, column, input_format)
+        rows = data.values.shape[0]
+        if not 0 <= row < rows:
+            raise InvalidArgumentError(f"--row must satisfy 0 <= row < {rows} (rows in {data.source}), got {row}")
+        x = data.values[row].tolist()
+    names = resolve_methods(method, default=["all"])
+    with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
+        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, progress=progress)
+    png = render_plot_png(result) if plot is not None else None
+    write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
+    if png is not None and plot is not None:
+        _write_bytes(png, plot)
+        typer.echo(f"softtopk: note: plot written to {plot}", err=True)
+
+
+@app.command(
+    "stability-probe",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk stability-probe\n"
+        "  softtopk stability-probe -m grad-recursive -n 100 -k 2,10,0.5n --scales 0.1:100:7 --trials 50\n"
+        "  softtopk stability-probe -m all --dist student-t --offset 1e6 --format json --strict"
+    ),
+)
+@boundary
+def stability_probe_command(
+    method: MethodOpt = None,
+    n: Annotated[str, typer.Option("-n", help="Vector lengths, comma-separated.")] = "10,100,1000",
+    k: Annotated[
+        str, typer.Option("-k", help="k values, comma-separated; '0.1n' is a fraction of n; k > n is skipped.")
+    ] = "1,2,5,10,50",
+    scales: Annotated[
+        str, typer.Option("--scales", help="Spreads (std of x): LO:HI:COUNT log-spaced, ends included, or a,b,c.")
+    ] = "0.1:1e4:13",
+    dist: Annotated[str, typer.Option("--dist", help="Draw distribution: normal, uniform, laplace or student-t (3 dof).")] = "normal",
+    offset: Annotated[float, typer.Option("--offset", help="Added to every score: x = offset + scale * draw.")] = 0.0,
+    trials: Annotated[int, typer.Option("--trials", help="Random vectors per cell.")] = 20,
+    seed: SeedOpt = 0,
+    tau: TauOpt = 1.0,
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Errors above this count as failures (range, sum/k, order, vs reference).")
+    ] = 1e-9,
+    strict: StrictOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+) -> None:
+    """Map where each operator fails numerically over a grid of n, k and input spread.
+
+    Per method and cell: failed trials by kind, error against an accurate reference; for
+    grad-recursive the failing recursion level and the predicted boundary. Default methods:
+    every smooth one (not hard). --strict exits 1 on any failure of a selected method.
+    """
+    from topk_cli.analysis.probe import DEFAULT_METHODS, parse_scales, stability_probe
+    from topk_cli.errors import InvalidArgumentError
+    from topk_cli.render.common import ProgressReporter
+    from topk_cli.render.probe import render_probe
+
+    try:
+        ns = [int(part) for part in n.split(",") if part.strip()]
+    except ValueError:
+        raise InvalidArgumentError(f"-n must be positive integers separated by commas, got {n!r}") from None
+    ks = [part.strip() for part in k.split(",") if part.strip()]
+    names = resolve_methods(method, default=list(DEFAULT_METHODS))
+    with ProgressReporter("stability-probe", enabled=stderr_is_terminal()) as progress:
+        report = stability_probe(
+            methods=names, ns=ns, ks=ks, scales=parse_scales(scales), dist=dist, offset=offset,
+            trials=trials, seed=seed, tau=tau, tolerance=tolerance, progress=progress,
+        )
+    write_text(render_probe(report, fmt, color=color_enabled() and output is None), output)
+    if strict and report.failed:
+        raise typer.Exit(code=1)
 
 
 # COMMANDS-END

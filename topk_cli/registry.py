@@ -95,10 +95,15 @@ _SPECS: tuple[MethodSpec, ...] = (
         guarantees=Guarantees(
             range=False, sum=True, monotone_weak=False, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=False,
-            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C0",
         ),
         reference="J. Su, 'Softmax sequel: finding smooth approximations of Top-K', kexue.fm (2024), after his 2019 post.",
-        notes="Entries can exceed 1 (e.g. k = n); not scale-equivariant because of the (1 - p) * z product.",
+        notes=(
+            "Entries can exceed 1 (e.g. k = n); not scale-equivariant because of the (1 - p) * z product. "
+            "C0 for k >= 2: z - min z makes dp jump where the two smallest entries cross. "
+            "Tends to hard top-k as tau -> 0 for distinct values, not with ties inside the top k "
+            "(x = 2,1,2,0, k = 2: limit 0.833, 0.333, 0.833, 0)."
+        ),
         implementation=ITERATIVE,
     ),
     MethodSpec(
@@ -107,11 +112,16 @@ _SPECS: tuple[MethodSpec, ...] = (
         family="iterative",
         guarantees=Guarantees(
             range=False, sum=True, monotone_weak=False, monotone_strict=False,
-            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
-            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
+            shift_invariant=True, permutation_equivariant=False, hard_limit=False,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="discontinuous",
         ),
         reference="'Is there something like softmax but for top k values?', Cross Validated answer; analysed in Su (2024).",
-        notes="For k = 2 and tau -> 0 it tends to 1.5 on the max and 0.5 on the second entry.",
+        notes=(
+            "For k = 2 and tau -> 0 it tends to 1.5 on the max and 0.5 on the second entry. "
+            "For k >= 3 the weights 1 - p turn negative and sum(w e^z) crosses 0: poles "
+            "(x = 0,-9.63,-0.03, k = 3 gives p = 131, -1.1, -127), so it is discontinuous and, near "
+            "a pole, rounding differences between equivalent orderings grow without bound."
+        ),
         implementation=WEIGHTED_SOFTMAX,
     ),
     MethodSpec(

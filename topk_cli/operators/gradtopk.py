@@ -31,8 +31,10 @@ from topk_cli.operators._logspace import logsumexp
 _TABLE_BUDGET = 1 << 21
 
 #: ``grad-recursive`` reports a row as ``"cancellation"`` when its weights differ from the exact
-#: ones (``grad``, accurate to ~1e-14) by more than this, although no log argument reached 0.
-CANCELLATION_TOLERANCE = 1e-12
+#: ones (``grad``, accurate to ~2e-14) by more than this, although no log argument reached 0.
+#: Below 5e-13, two accepted results for permuted inputs agree to 1e-12, so the method keeps the
+#: permutation equivariance it claims at the tolerance ``verify-properties`` applies.
+CANCELLATION_TOLERANCE = 4e-13
 
 
 # ---------------------------------------------------------------------------------------------

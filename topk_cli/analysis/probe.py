@@ -1,0 +1,745 @@
+"""``stability-probe``: map where each operator breaks numerically, and predict it for GradTopK.
+
+The probe draws ``trials`` score vectors per length ``n`` (``x = offset + scale * draw``, the
+draw standardised to unit variance), evaluates every method at every ``(n, k, scale)`` cell of a
+grid and classifies each trial:
+
+* numerical failures reported by the method (its status code: ``log0``, ``log-negative``,
+  ``cancellation``, ``nan``, ``inf``, ...);
+* violations of a property the method claims (``sum-error``, ``out-of-range``,
+  ``order-violated``: a larger score got a smaller weight), judged with ``tolerance``;
+* ``inaccurate``: ``max_i |p_i - ref_i| > tolerance`` against an independent reference of the
+  *same* operator on the same shifted input ``z`` (see :data:`REFERENCES`).
+
+Breaches of a property the method does *not* claim (``iterative`` exceeding 1) are counted in
+``unclaimed``, not as failures. A trial fails when it has at least one failure kind.
+
+GradTopK's recursion (``grad-recursive``) is also traced (level of the first log of a
+non-positive argument, the argument just before) and its failure is *predicted* without running
+it. MATH.md attributes the failure to saturation: the log argument at level ``j`` is
+``c_i^(j-1) = 1 - p_i^(j-1)``, the complement of the level-(j-1) marginal, which rounds to 0 once
+``p_i^(j-1)`` is within an ulp of 1. Measured, that explanation is incomplete: the recursion's
+deflation ``Z_{j-1} - Z_{j-1,i}`` amplifies the relative error of ``c_i`` at every level by the
+odds ``p_i / (1 - p_i)``, so with ``R_1 = 1 / c^(1)`` and
+``R_j = (p^(j) / c^(j)) R_{j-1} + 1 / c^(j)`` the computed argument at level ``j + 1`` carries a
+relative error of about ``u R_j`` (``u = 2^-53``), and the recursion breaks (argument <= 0) at
+the first level where ``u R_j >= 1`` for some entry, often while every marginal is still far
+from 1 (n = 100, k = 50, unit spread: smallest ``1 - p`` ~ 0.05, yet the recursion breaks).
+:func:`grad_recursive_outlook` evaluates both models from an exact log-space dynamic program
+(no recursion), ``log10 R`` being the predicted digits lost. Measured on the default grid
+(2860 trials with k >= 2): the amplification model agrees with the trace on 99.5% of trials
+(no break missed, 13 false alarms with ``u R`` between 1 and 1e4: the model adds error
+magnitudes, real rounding errors partly cancel), its level is exact for 89% of breaks and
+otherwise 1-3 levels early; the saturation model misses 17% of the breaks and its boundary is
+1-5 grid steps (up to 18x in spread) late. Uniform, Laplace and Student-t draws give the same
+picture. The model also explains a failure the article does not mention: for k close to n the
+odds of *every* entry grow along the levels, so the recursion breaks at any nonzero spread
+(n = 100, k = 90: level 88 at spread 1e-9; predicted 89, the one case seen where the
+prediction is a level late). Exactly equal scores are the exception: every entry then carries
+the same error, which the normalisation by ``Z_j`` cancels (a false alarm of the model).
+
+Axis convention: the last axis holds the ``n`` scores; leading axes are a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from topk_cli.api import evaluate, get_method, trace_grad_recursive
+from topk_cli.errors import InvalidArgumentError
+from topk_cli.operators._base import Z_FLOOR, FloatArray
+
+#: Input distributions, each standardised to mean 0 (median 0) and unit variance.
+DISTRIBUTIONS = ("normal", "uniform", "laplace", "student-t")
+
+#: Failure kinds besides the methods' own status codes, in display order.
+CHECK_KINDS = ("sum-error", "out-of-range", "order-violated", "inaccurate")
+
+#: Methods probed when none are named: every smooth operator (``hard`` cannot fail).
+DEFAULT_METHODS = ("iterative", "weighted-softmax", "grad", "grad-recursive", "thre-exp", "thre-sigmoid", "thre-laplace")
+
+#: What ``max_error`` is measured against, per method (shown by the docs and the CLI).
+REFERENCES: Mapping[str, str] = MappingProxyType({
+    "grad-recursive": "grad (the exact log-space dynamic program of the library)",
+    "grad": "an independent log-space forward/backward program in this module (catches implementation bugs, not a flaw shared by both)",
+    "thre-exp": "bisection of sum f(z - lambda) = k to float64 convergence (independent of the closed form), where |lambda| < ~1e4",
+    "thre-sigmoid": "bisection of sum f(z - lambda) = k to float64 convergence (independent of the Newton solver), where |lambda| < ~1e4",
+    "thre-laplace": "bisection of sum f(z - lambda) = k to float64 convergence (independent of the closed form), where |lambda| < ~1e4",
+    "iterative": "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6",
+    "weighted-softmax": "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6",
+})
+
+#: A non-failed ``grad-recursive`` trial that lost at least this many decimal digits (traced
+#: cancellation or predicted amplification) counts as a near failure.
+NEAR_DIGITS = 12.0
+
+LongArray = NDArray[np.longdouble]
+
+_U = float(np.finfo(np.float64).eps) / 2  # unit roundoff 2^-53
+_LOG_U = math.log(_U)
+_SQRT3 = math.sqrt(3.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True)
+class RecursionOutlook:
+    """Predicted behaviour of the ``grad-recursive`` recursion, per (flattened) row.
+
+    ``predicted_level``: first level ``j`` whose log argument is predicted to be <= 0 by the
+    error-amplification model (``u R_{j-1} >= 1``), -1 if none; ``saturation_level``: the same
+    under the saturation model (``min_i c_i^(j-1) < u``); ``min_complement``: the smallest
+    ``1 - p_i^(j)`` over entries and levels ``j < k`` (``1.0`` for k = 1);
+    ``digits_lost``: ``max(0, log10 max R)``, the predicted decimal digits lost (may exceed 16:
+    then the recursion has failed).
+    """
+
+    predicted_level: NDArray[np.int64]
+    saturation_level: NDArray[np.int64]
+    min_complement: FloatArray
+    digits_lost: FloatArray
+
+    @property
+    def fails(self) -> NDArray[np.bool_]:
+        """Rows on which the recursion is predicted to fail."""
+        return self.predicted_level >= 0
+
+
+@dataclass(frozen=True)
+class RecursionDetection:
+    """What the ``grad-recursive`` trace and the prediction say about one cell's trials.
+
+    ``levels``: failed level -> trials (log 0 or log of a negative number, from the trace);
+    ``value_before``: (min, max) of the failing entry's argument one level before the failure;
+    ``max_digits_lost``: digits lost to the final subtraction (trace) on trials that did not
+    break; ``near_failures``: trials that did not break but lost >= :data:`NEAR_DIGITS` digits
+    (trace or prediction); ``predicted``: trials predicted to break (amplification model);
+    ``saturation_predicted``: trials predicted to break by the saturation model;
+    ``agreement``: trials where prediction and trace agree on break / no break;
+    ``level_agreement``: broken trials whose predicted level equals the observed level (the
+    prediction is otherwise usually 1-3 levels early); ``min_complement`` and
+    ``predicted_digits_lost``: extremes over the trials.
+    """
+
+    broken: int
+    levels: Mapping[int, int]
+    value_before: tuple[float, float]
+    max_digits_lost: float
+    near_failures: int
+    predicted: int
+    saturation_predicted: int
+    agreement: int
+    level_agreement: int
+    min_complement: float
+    predicted_digits_lost: float
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One method on one grid cell: trials, failures by kind, error against the reference.
+
+    ``kinds`` counts trials per failure kind (a trial can have several); ``unclaimed`` counts
+    breaches of properties the method does not claim (not failures); ``max_error`` is
+    ``max |p - ref|`` over the trials that returned weights (NaN when there is none or no
+    reference); ``detection`` is set for ``grad-recursive``.
+    """
+
+    method: str
+    n: int
+    k: int
+    scale: float
+    trials: int
+    failures: int
+    kinds: Mapping[str, int]
+    unclaimed: Mapping[str, int]
+    max_error: float
+    detection: RecursionDetection | None = None
+
+    @property
+    def failure_rate(self) -> float:
+        """Fraction of trials that failed."""
+        return self.failures / self.trials if self.trials else 0.0
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """First failing grid scale of a method at ``(n, k)``, and what the models predicted.
+
+    ``first_failing_scale``: smallest scale with a failure of any kind (None if none);
+    for ``grad-recursive`` also ``first_breaking_scale`` (log 0 / log of a negative number
+    observed in the trace), ``predicted_scale`` (amplification model) and ``saturation_scale``
+    (saturation model); None where nothing happened or no prediction exists.
+    """
+
+    method: str
+    n: int
+    k: int
+    first_failing_scale: float | None
+    predicted_scale: float | None = None
+    first_breaking_scale: float | None = None
+    saturation_scale: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """Everything one probe measured, in grid order (method, n, k, scale)."""
+
+    methods: tuple[str, ...]
+    ns: tuple[int, ...]
+    k_specs: tuple[str, ...]
+    scales: tuple[float, ...]
+    dist: str
+    offset: float
+    trials: int
+    seed: int
+    tau: float
+    tolerance: float
+    cells: tuple[CellResult, ...]
+    boundaries: tuple[Boundary, ...]
+
+    @property
+    def failed(self) -> bool:
+        """True when some selected method failed somewhere on the grid (``--strict``)."""
+        return any(cell.failures for cell in self.cells)
+
+
+# ---------------------------------------------------------------------------------------------
+# grid parsing
+
+
+def parse_scales(spec: str) -> tuple[float, ...]:
+    """Scales from ``"lo:hi:count"`` (log-spaced, both ends included) or ``"a,b,c"``.
+
+    Raises:
+        InvalidArgumentError: malformed spec, non-positive or non-finite scales.
+
+    >>> parse_scales("0.1:1000:5")
+    (0.1, 1.0, 10.0, 100.0, 1000.0)
+    """
+    text = spec.strip()
+    try:
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) != 3:
+                raise ValueError
+            lo, hi, count = float(parts[0]), float(parts[1]), int(parts[2])
+            if not (lo > 0 and hi >= lo and count >= 1 and math.isfinite(hi)):
+                raise ValueError
+            if count == 1:
+                return (lo,)
+            grid = np.logspace(math.log10(lo), math.log10(hi), count)
+            values = tuple(float(f"{v:.12g}") for v in grid)
+        else:
+            values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InvalidArgumentError(
+            f"scales must be 'lo:hi:count' (log-spaced, 0 < lo <= hi, count >= 1) or a list like "
+            f"'0.1,1,10', got {spec!r}"
+        ) from None
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise InvalidArgumentError(f"scales must be finite and > 0, got {spec!r}")
+    return tuple(sorted(set(values)))
+
+
+def resolve_k(spec: str, n: int) -> int | None:
+    """``k`` for length ``n`` from ``"5"`` or a fraction of n ``"0.1n"``; None when k > n.
+
+    A fraction gives ``max(1, round(f * n))``.
+
+    Raises:
+        InvalidArgumentError: not a positive integer or a fraction in (0, 1] followed by ``n``.
+
+    >>> resolve_k("0.1n", 100), resolve_k("5", 3), resolve_k("1n", 7)
+    (10, None, 7)
+    """
+    text = spec.strip().lower()
+    try:
+        if text.endswith("n"):
+            frac = float(text[:-1]) if text[:-1] else 1.0
+            if not 0 < frac <= 1:
+                raise ValueError
+            return max(1, round(frac * n))
+        value = int(text)
+        if value < 1:
+            raise ValueError
+    except ValueError:
+        raise InvalidArgumentError(
+            f"k must be a positive integer or a fraction of n like '0.1n' (0 < fraction <= 1), got {spec!r}"
+        ) from None
+    return value if value <= n else None
+
+
+def draw_scores(n: int, trials: int, *, dist: str, seed: int) -> FloatArray:
+    """Standardised draws ``(trials, n)`` for length ``n``: the same for every k and scale.
+
+    The generator is keyed by ``(seed, n, dist)`` (``SeedSequence`` spawn key), so a cell's
+    draws do not depend on which other cells are in the grid. ``student-t`` has 3 degrees of
+    freedom (heavy tails), scaled to unit variance like the others.
+
+    Raises:
+        InvalidArgumentError: unknown ``dist``.
+
+    >>> draw_scores(3, 2, dist="uniform", seed=0).shape
+    (2, 3)
+    """
+    if dist not in DISTRIBUTIONS:
+        raise InvalidArgumentError(f"unknown distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(n, DISTRIBUTIONS.index(dist))))
+    if dist == "normal":
+        return rng.standard_normal((trials, n))
+    if dist == "uniform":
+        return rng.uniform(-_SQRT3, _SQRT3, (trials, n))
+    if dist == "laplace":
+        return rng.laplace(0.0, 1.0 / math.sqrt(2.0), (trials, n))
+    return rng.standard_t(3, (trials, n)) / _SQRT3
+
+
+# ---------------------------------------------------------------------------------------------
+# exact log-space program for GradTopK at every level (reference and prediction)
+
+
+def _lse(a: FloatArray, axis: int) -> FloatArray:
+    """``log sum exp`` along ``axis``; ``-inf`` for empty (all ``-inf``) slices, never NaN."""
+    m = np.max(a, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):  # log(0) = -inf is right for an empty sum
+        return np.squeeze(np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m, axis=axis)
+
+
+def _shift_rows(x: FloatArray, tau: float) -> FloatArray:
+    """The API's ``z = (x - max finite x) / tau`` (masked ``-inf`` entries stay ``-inf``)."""
+    finite = np.isfinite(x)
+    top = np.max(np.where(finite, x, -np.inf), axis=-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):  # -inf - top stays -inf; huge spreads overflow
+        z = (x - top) / tau
+    return np.where(finite, np.maximum(z, Z_FLOOR), -np.inf)
+
+
+@dataclass(frozen=True)
+class _Esp:
+    """Log elementary symmetric polynomials of ``w = exp(z)`` for rows sorted decreasingly."""
+
+    s: LongArray  # (B, n) sorted scores, decreasing
+    order: NDArray[np.intp]  # (B, n) original index of each sorted position
+    prefix: LongArray  # (m + 1, B, K + 1): log e_j(w_1..w_i), i = 0..m
+    suffix: LongArray  # (n + 1, B, K + 1): log e_j(w_{i+1}..w_n), i = 0..n (all i)
+    total: LongArray  # (B, K + 1): log e_j(w)
+    memo: dict[int, FloatArray] = field(default_factory=dict)  # reference weights by k
+
+
+def _esp_tables(z: FloatArray, kmax: int, prefix_len: int) -> _Esp:
+    """Forward (first ``prefix_len`` positions) and backward log-space tables up to degree ``kmax``."""
+    order = np.argsort(-z, axis=-1, kind="stable")
+    # extended precision (where the platform has it): logs of e_j reach |k * spread|, and
+    # differences of such logs lose their magnitude's worth of float64 digits
+    s = np.take_along_axis(z, order, axis=-1).astype(np.longdouble)
+    rows, n = s.shape
+    empty = np.full((rows, kmax + 1), -np.inf, dtype=np.longdouble)
+    empty[:, 0] = 0.0
+    suffix = np.empty((n + 1, rows, kmax + 1), dtype=np.longdouble)
+    suffix[n] = empty
+    # logaddexp(-inf, -inf) is -inf: empty sums of masked entries are exact
+    for i in range(n - 1, -1, -1):
+        suffix[i, :, 0] = 0.0
+        suffix[i, :, 1:] = np.logaddexp(suffix[i + 1, :, 1:], s[:, i, None] + suffix[i + 1, :, :-1])
+    prefix = np.empty((prefix_len + 1, rows, kmax + 1), dtype=np.longdouble)
+    prefix[0] = empty
+    for i in range(prefix_len):
+        prefix[i + 1, :, 0] = 0.0
+        prefix[i + 1, :, 1:] = np.logaddexp(prefix[i, :, 1:], s[:, i, None] + prefix[i, :, :-1])
+    return _Esp(s=s, order=order, prefix=prefix, suffix=suffix, total=suffix[0])
+
+
+def _loo(prefix: FloatArray, suffix: FloatArray, degree: int) -> FloatArray:
+    """``log e_j(w without entry i)`` for ``j = 0..degree``: ``(m, B, degree + 1)``.
+
+    ``prefix[i]`` and ``suffix[i]`` are the tables before and after entry ``i`` (``(m, B, K+1)``).
+    """
+    j = np.arange(degree + 1)[:, None]
+    l_idx = np.arange(degree + 1)[None, :]
+    valid = l_idx <= j
+    other = np.where(valid, j - l_idx, 0)
+    terms = prefix[..., None, : degree + 1] + suffix[..., other]  # (m, B, degree+1, degree+1)
+    terms = np.where(valid, terms, -np.inf)
+    return _lse(terms, axis=-1)
+
+
+def _grad_reference(tab: _Esp, k: int) -> FloatArray:
+    """GradTopK ``p_i = w_i e_{k-1}(w_-i) / e_k(w)`` from the tables (full prefix, degree >= k)."""
+    if k in tab.memo:
+        return tab.memo[k]
+    rows, n = tab.s.shape
+    if k == n:
+        return tab.memo.setdefault(k, np.ones((rows, n)))
+    # log e_{k-1}(w without i), all i: (n, B)
+    loo = _lse(
+        np.stack([tab.prefix[:n, :, j] + tab.suffix[1:, :, k - 1 - j] for j in range(k)], axis=-1), axis=-1
+    )
+    with np.errstate(invalid="ignore"):  # masked entries: -inf + finite is -inf, exp gives 0
+        p_sorted = np.exp(tab.s + loo.T - tab.total[:, k, None]).astype(np.float64)
+    p = np.empty_like(p_sorted)
+    np.put_along_axis(p, tab.order, np.minimum(p_sorted, 1.0), axis=-1)
+    return tab.memo.setdefault(k, p)
+
+
+def _outlook(tab: _Esp, k: int) -> RecursionOutlook:
+    """The prediction of :func:`grad_recursive_outlook` from tables of degree >= k - 1."""
+    rows, n = tab.s.shape
+    pred = np.full(rows, -1, dtype=np.int64)
+    sat = np.full(rows, -1, dtype=np.int64)
+    if k == 1:
+        return RecursionOutlook(pred, sat, np.ones(rows), np.zeros(rows))
+    # only entries with p^(k-1) > 1/2 can amplify errors (odds > 1); there are < 2(k-1) of them,
+    # and they are the largest scores: keep the top m
+    m = min(n, 2 * k, tab.prefix.shape[0] - 1)
+    # float64 is plenty here: the model needs digits lost, not digits
+    loo = _loo(tab.prefix[:m].astype(np.float64), tab.suffix[1 : m + 1].astype(np.float64), k - 1)  # (m, B, k): log e_j(w_-i), j = 0..k-1
+    levels = np.arange(1, k)
+    with np.errstate(invalid="ignore"):  # masked entries (-inf) give NaN here and are dropped below
+        log_c = loo[:, :, 1:] - tab.total[None, :, 1:k]  # log(1 - p_i^(j)), j = 1..k-1
+        log_p = tab.s.T[:m, :, None].astype(np.float64) + loo[:, :, :-1] - tab.total[None, :, 1:k]
+    finite = np.isfinite(tab.s.T[:m])[:, :, None]
+    log_c = np.where(finite, np.minimum(log_c, 0.0), 0.0)
+    log_p = np.where(finite, np.minimum(log_p, 0.0), -np.inf)
+    log_r = np.full(log_c.shape[:2], -np.inf)
+    worst = np.full(rows, -np.inf)
+    for idx, _ in enumerate(levels):
+        log_r = np.logaddexp(log_p[:, :, idx] - log_c[:, :, idx] + log_r, -log_c[:, :, idx])
+        top = np.max(log_r, axis=0)
+        worst = np.maximum(worst, top)
+        breaks = (pred < 0) & (top + _LOG_U >= 0)
+        pred[breaks] = idx + 2
+        saturates = (sat < 0) & (np.min(log_c[:, :, idx], axis=0) < _LOG_U)
+        sat[saturates] = idx + 2
+    min_c = np.exp(np.min(log_c[:, :, -1], axis=0)).astype(np.float64)  # marginals grow with the level
+    digits = np.maximum(worst / math.log(10.0), 0.0).astype(np.float64)
+    return RecursionOutlook(pred, sat, min_c, digits)
+
+
+def grad_recursive_outlook(x: ArrayLike, k: int, *, tau: float = 1.0) -> RecursionOutlook:
+    """Predict, without running it, where GradTopK's recursion breaks on each row of ``x / tau``.
+
+    From an exact log-space program (no subtraction) it computes every complement
+    ``c_i^(j) = 1 - p_i^(j) = e_j(w_-i) / e_j(w)`` and marginal ``p_i^(j)`` for levels
+    ``j < k`` (``w = exp(z)``) and the error amplification ``R_j = (p^(j)/c^(j)) R_{j-1} +
+    1/c^(j)`` of the recursion's deflation. The argument of ``log`` at level ``j + 1`` has a
+    relative error of about ``u R_j``; the predicted failing level is the first ``j + 1`` with
+    ``u R_j >= 1`` (agrees with the trace on 99.5% of random trials, the level usually exact or
+    a few levels early; see the module docstring).
+    Rows are flattened (row-major). Cost O(n k + k^3) per row.
+
+    Raises:
+        InvalidArgumentError: bad ``x``, ``k`` or ``tau`` (as :func:`topk_cli.evaluate`).
+
+    >>> o = grad_recursive_outlook([[0.0, -1.0, -2.0], [0.0, -50.0, -100.0]], 2)
+    >>> o.predicted_level.tolist(), o.saturation_level.tolist(), o.min_complement.round(4).tolist()
+    ([-1, 2], [-1, 2], [0.3348, 0.0])
+    """
+    result = evaluate(x, k, "hard", tau=tau)  # validates x, k and tau exactly like the other methods
+    n = result.weights.shape[-1]
+    z = _shift_rows(np.asarray(x, dtype=np.float64).reshape(-1, n), result.tau)
+    return _outlook(_esp_tables(z, max(int(result.k) - 1, 1), min(n, 2 * int(result.k))), int(result.k))
+
+
+# ---------------------------------------------------------------------------------------------
+# references of the other operators
+
+
+def _threshold_f(method: str, t: FloatArray) -> FloatArray:
+    if method == "thre-exp":
+        return np.exp(np.minimum(t, 0.0))
+    if method == "thre-sigmoid":
+        e = np.exp(-np.abs(t))
+        return np.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    half = 0.5 * np.exp(-np.abs(t))  # Laplace CDF
+    return np.where(t >= 0, 1.0 - half, half)
+
+
+def _threshold_reference(method: str, z: FloatArray, k: int) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """``f(z - lambda)`` with ``sum = k`` solved by bisection on lambda until the bracket stalls.
+
+    Also the rows where it is trusted: where float64 resolves lambda to 1e-11 (|lambda| below
+    ~1e4), since ``f(z_i - lambda)`` cannot be more accurate than the spacing of floats there.
+    """
+    n = z.shape[1]
+    if k == n:
+        return np.ones_like(z), np.ones(z.shape[0], dtype=bool)
+    lo = np.min(z, axis=-1) - math.log(n) - 40.0  # sum f > k here (every f(t >= 40) ~ 1)
+    hi = np.max(z, axis=-1) + math.log(n) + 1.0  # sum f < n e^-log(n)-1 < k here
+    for _ in range(2200):  # stops when every bracket is two adjacent floats (~64 halvings)
+        mid = 0.5 * (lo + hi)
+        moving = (mid > lo) & (mid < hi)
+        if not moving.any():
+            break
+        total = np.sum(_threshold_f(method, z - mid[:, None]), axis=-1)
+        above = total > k
+        lo = np.where(moving & above, mid, lo)
+        hi = np.where(moving & ~above, mid, hi)
+    lam = 0.5 * (lo + hi)
+    return _threshold_f(method, z - lam[:, None]), np.spacing(np.abs(lam)) <= 1e-11
+
+
+def _sequential_reference(method: str, z: FloatArray, k: int) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """The k-step definition in ``np.longdouble``; also which rows keep ``1 - p`` above 1e-6."""
+    zl = z.astype(np.longdouble)
+    p = np.zeros_like(zl)
+    with np.errstate(invalid="ignore", over="ignore"):  # rows that saturate become NaN: untrusted
+        return _sequential_steps(method, zl, p, k)
+
+
+def _sequential_steps(
+    method: str, zl: NDArray[np.longdouble], p: NDArray[np.longdouble], k: int
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    trusted = np.ones(zl.shape[0], dtype=bool)
+    if method == "iterative":
+        d = zl - np.min(zl, axis=-1, keepdims=True)
+        for _ in range(k):
+            a = (1 - p) * d
+            e = np.exp(a - np.max(a, axis=-1, keepdims=True))
+            p = p + e / np.sum(e, axis=-1, keepdims=True)
+            trusted &= np.min(np.abs(1 - p), axis=-1) > 1e-6
+    else:
+        e = np.exp(zl)  # z <= 0: no overflow
+        for _ in range(k):
+            w = (1 - p) * e
+            p = p + w / np.sum(w, axis=-1, keepdims=True)
+            trusted &= np.min(np.abs(1 - p), axis=-1) > 1e-6
+    return p.astype(np.float64), trusted & np.isfinite(p).all(axis=-1)
+
+
+def _reference(
+    method: str, z: FloatArray, k: int, tables: Callable[[], _Esp]
+) -> tuple[FloatArray | None, NDArray[np.bool_]]:
+    """Reference weights for ``method`` on prepared ``z`` and the rows where they are trusted."""
+    every = np.ones(z.shape[0], dtype=bool)
+    if method in ("grad", "grad-recursive"):
+        return _grad_reference(tables(), k), every
+    if method.startswith("thre-"):
+        return _threshold_reference(method, z, k)
+    if method in ("iterative", "weighted-softmax"):
+        return _sequential_reference(method, z, k)
+    return None, ~every
+
+
+# ---------------------------------------------------------------------------------------------
+# checks
+
+
+def _order_violations(z: FloatArray, p: FloatArray, tol: float) -> NDArray[np.bool_]:
+    """Rows where some strictly larger score got a weight smaller by more than ``tol``."""
+    order = np.argsort(z, axis=-1, kind="stable")
+    zs = np.take_along_axis(z, order, axis=-1)
+    ps = np.take_along_axis(p, order, axis=-1)
+    n = z.shape[1]
+    idx = np.broadcast_to(np.arange(n), z.shape)
+    starts = np.ones(z.shape, dtype=bool)
+    starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
+    group_start = np.maximum.accumulate(np.where(starts, idx, 0), axis=-1)
+    running = np.maximum.accumulate(ps, axis=-1)  # running[i] = max p over positions <= i
+    before = np.concatenate([np.full((z.shape[0], 1), -np.inf), running[:, :-1]], axis=-1)
+    best_smaller = np.take_along_axis(before, group_start, axis=-1)  # max p over strictly smaller z
+    return np.any(ps < best_smaller - tol, axis=-1)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Per-trial classification of one method on one cell."""
+
+    failed: NDArray[np.bool_]
+    kinds: dict[str, int]
+    unclaimed: dict[str, int]
+    max_error: float
+
+
+def _classify(
+    method: str, x: FloatArray, z: FloatArray, k: int, tau: float, tol: float, tables: Callable[[], _Esp]
+) -> _Batch:
+    spec = get_method(method)
+    claims = spec.guarantees
+    result = evaluate(x, k, method, tau=tau)
+    status = np.asarray(result.status).reshape(-1)
+    p = np.asarray(result.weights, dtype=np.float64).reshape(z.shape)
+    computed = status == "ok"
+    failed = ~computed
+    kinds: dict[str, int] = {}
+    unclaimed: dict[str, int] = {}
+    for code in sorted(set(status[failed].tolist())):
+        kinds[str(code)] = int(np.sum(status == code))
+    with np.errstate(invalid="ignore"):  # failed rows hold NaN; they are masked by `computed`
+        checks = {
+            "sum-error": (claims.sum, np.abs(np.sum(p, axis=-1) - k) > tol * k),
+            "out-of-range": (claims.range, np.any((p < -tol) | (p > 1 + tol), axis=-1)),
+            "order-violated": (claims.monotone_weak, _order_violations(z, p, tol)),
+        }
+    for name, (claimed, bad) in checks.items():
+        bad = bad & computed
+        if bad.any():
+            (kinds if claimed else unclaimed)[name] = int(bad.sum())
+            if claimed:
+                failed |= bad
+    ref, trusted = _reference(method, z, k, tables)
+    max_error = math.nan
+    if ref is not None:
+        err = np.max(np.abs(p - ref), axis=-1)
+        usable = computed & trusted
+        if usable.any():
+            max_error = float(np.max(err[usable]))
+        bad = usable & (err > tol)
+        if bad.any():
+            kinds["inaccurate"] = int(bad.sum())
+            failed |= bad
+    return _Batch(failed=failed, kinds=kinds, unclaimed=unclaimed, max_error=max_error)
+
+
+def _detect(x: FloatArray, k: int, tau: float, tab: _Esp) -> RecursionDetection:
+    trace = trace_grad_recursive(x, k, tau=tau)
+    outlook = _outlook(tab, k)
+    broken = trace.failed_level >= 0
+    levels = np.asarray(trace.failed_level)[broken]
+    before = np.asarray(trace.value_before)[broken]
+    before = before[np.isfinite(before)]
+    digits = np.asarray(trace.digits_lost)
+    near = ~broken & ((digits >= NEAR_DIGITS) | (outlook.digits_lost >= NEAR_DIGITS))
+    predicted = outlook.predicted_level >= 0
+    return RecursionDetection(
+        broken=int(broken.sum()),
+        levels=dict({int(v): int(c) for v, c in zip(*np.unique(levels, return_counts=True), strict=True)}),
+        value_before=(float(before.min()), float(before.max())) if before.size else (math.nan, math.nan),
+        max_digits_lost=float(digits[~broken].max()) if (~broken).any() else math.nan,
+        near_failures=int(near.sum()),
+        predicted=int(predicted.sum()),
+        saturation_predicted=int((outlook.saturation_level >= 0).sum()),
+        agreement=int((predicted == broken).sum()),
+        level_agreement=int((broken & (outlook.predicted_level == trace.failed_level)).sum()),
+        min_complement=float(outlook.min_complement.min()),
+        predicted_digits_lost=float(outlook.digits_lost.max()),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the probe
+
+
+def _first(scales: Sequence[float], counts: Sequence[int]) -> float | None:
+    return next((s for s, c in zip(scales, counts, strict=True) if c > 0), None)
+
+
+def stability_probe(
+    *,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    ns: Sequence[int] = (10, 100, 1000),
+    ks: Sequence[str | int] = (1, 2, 5, 10, 50),
+    scales: Sequence[float] = parse_scales("0.1:1e4:13"),
+    dist: str = "normal",
+    offset: float = 0.0,
+    trials: int = 20,
+    seed: int = 0,
+    tau: float = 1.0,
+    tolerance: float = 1e-9,
+    progress: Callable[[int, int], None] | None = None,
+) -> ProbeReport:
+    """Evaluate ``methods`` on ``x = offset + scale * draw`` over an (n, k, scale) grid.
+
+    Per method and cell: trials, failed trials, failures by kind, breaches of unclaimed
+    properties, ``max |p - ref|`` against :data:`REFERENCES`; for ``grad-recursive`` the traced
+    failure level and the predicted one (see the module docstring). ``ks`` entries are integers
+    or fractions of n (``"0.1n"``); k > n is skipped. Draws are keyed by ``(seed, n, dist)``
+    and shared by every k and scale (paired comparisons; deterministic for a seed).
+    ``progress(done, total)`` is called after each (n, scale) unit.
+
+    Raises:
+        InvalidArgumentError: unknown method or distribution, bad n, k, scale, trials, tau,
+            tolerance or offset.
+
+    >>> r = stability_probe(methods=["grad", "grad-recursive"], ns=[10], ks=[5], scales=[0.1, 100.0], trials=4)
+    >>> [(c.method, c.scale, c.failures) for c in r.cells]
+    [('grad', 0.1, 0), ('grad', 100.0, 0), ('grad-recursive', 0.1, 0), ('grad-recursive', 100.0, 4)]
+    >>> b = r.boundaries[1]
+    >>> b.first_failing_scale, b.first_breaking_scale, b.predicted_scale
+    (100.0, 100.0, 100.0)
+    """
+    names = tuple(dict.fromkeys(get_method(m).name for m in methods))
+    if not names:
+        raise InvalidArgumentError("methods must name at least one method")
+    if not ns or any(isinstance(n, bool) or int(n) != n or n < 1 for n in ns):
+        raise InvalidArgumentError(f"n must be positive integers, got {list(ns)}")
+    if isinstance(trials, bool) or int(trials) != trials or trials < 1:
+        raise InvalidArgumentError(f"trials must be an integer >= 1, got {trials!r}")
+    if not scales or not all(math.isfinite(float(s)) and float(s) > 0 for s in scales):
+        raise InvalidArgumentError(f"scales must be finite and > 0, got {list(scales)}")
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        raise InvalidArgumentError(f"tolerance must be a finite number > 0, got {tolerance!r}")
+    if not math.isfinite(offset):
+        raise InvalidArgumentError(f"offset must be finite, got {offset!r}")
+    if not (math.isfinite(tau) and tau > 0):
+        raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
+    n_list = tuple(dict.fromkeys(int(n) for n in ns))
+    k_specs = tuple(str(k) for k in ks)
+    if not k_specs:
+        raise InvalidArgumentError("k must list at least one value")
+    scale_list = tuple(sorted({float(s) for s in scales}))
+    grid = {n: sorted({k for k in (resolve_k(spec, n) for spec in k_specs) if k is not None}) for n in n_list}
+    if not any(grid.values()):
+        raise InvalidArgumentError(f"no cell on the grid: every k in {list(k_specs)} exceeds every n in {list(n_list)}")
+    total = sum(len(scale_list) for n in n_list if grid[n])
+    done = 0
+    found: dict[tuple[str, int, int, float], CellResult] = {}
+    for n in n_list:
+        if not grid[n]:
+            continue
+        draws = draw_scores(n, trials, dist=dist, seed=seed)
+        for scale in scale_list:
+            x = offset + scale * draws
+            if not np.isfinite(x).all():
+                raise InvalidArgumentError(f"offset + scale * draw overflows float64 (scale={scale:g})")
+            z = _shift_rows(x, tau)
+            cache: list[_Esp] = []
+
+            def tables(z: FloatArray = z, kmax: int = max(grid[n]), cache: list[_Esp] = cache) -> _Esp:
+                if not cache:  # one O(n kmax) program per (n, scale), shared by every k and method
+                    cache.append(_esp_tables(z, kmax, z.shape[1]))
+                return cache[0]
+
+            for k in grid[n]:
+                for method in names:
+                    batch = _classify(method, x, z, k, tau, tolerance, tables)
+                    detection = _detect(x, k, tau, tables()) if method == "grad-recursive" else None
+                    found[(method, n, k, scale)] = CellResult(
+                        method=method, n=n, k=k, scale=scale, trials=trials,
+                        failures=int(batch.failed.sum()),
+                        kinds=dict(batch.kinds), unclaimed=dict(batch.unclaimed),
+                        max_error=batch.max_error, detection=detection,
+                    )
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    cells = tuple(found[key] for key in sorted(found, key=lambda t: (names.index(t[0]), t[1], t[2], t[3])))
+    boundaries = []
+    for method in names:
+        for n in n_list:
+            for k in grid[n]:
+                row = [found[(method, n, k, s)] for s in scale_list]
+                first = _first(scale_list, [c.failures for c in row])
+                if method == "grad-recursive":
+                    det = [c.detection for c in row if c.detection is not None]
+                    boundaries.append(Boundary(
+                        method=method, n=n, k=k, first_failing_scale=first,
+                        predicted_scale=_first(scale_list, [d.predicted for d in det]),
+                        first_breaking_scale=_first(scale_list, [d.broken for d in det]),
+                        saturation_scale=_first(scale_list, [d.saturation_predicted for d in det]),
+                    ))
+                else:
+                    boundaries.append(Boundary(method=method, n=n, k=k, first_failing_scale=first))
+    return ProbeReport(
+        methods=names, ns=n_list, k_specs=k_specs, scales=scale_list, dist=dist, offset=float(offset),
+        trials=int(trials), seed=int(seed), tau=float(tau), tolerance=float(tolerance),
+        cells=cells, boundaries=tuple(boundaries),
+    )

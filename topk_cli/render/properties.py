@@ -1,0 +1,142 @@
+"""What ``softtopk verify-properties`` shows: the property matrix, counterexamples, CSV, JSON.
+
+Never prints: every function returns text or rich renderables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from topk_cli.properties import PropertyResult, VerifyReport
+from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
+
+CSV_COLUMNS = (
+    "method", "property", "expected", "holds", "agrees", "worst", "smoothness", "expected_smoothness",
+    "checked", "skipped", "violations", "counterexample", "detail",
+)
+
+_SHORT_CLASS = {"C-infinity": "C-inf", "C1": "C1", "C0": "C0", "discontinuous": "discont."}
+
+
+def result_dict(r: PropertyResult) -> dict[str, Any]:
+    """One result as the SPEC's JSON object (plus counts, class and agreement)."""
+    return {
+        "method": r.method,
+        "property": r.property,
+        "expected": r.expected,
+        "holds": r.holds,
+        "agrees": r.agrees,
+        "worst": r.worst,
+        "counterexample": r.counterexample.as_dict() if r.counterexample else None,
+        "smoothness": r.smoothness,
+        "expected_smoothness": r.expected_smoothness,
+        "checked": r.checked,
+        "skipped": r.skipped,
+        "violations": r.violations,
+        "detail": r.detail,
+    }
+
+
+def render_properties_json(report: VerifyReport, *, k: int | None = None) -> str:
+    """``{"results": [...], ...}`` as in SPEC.md, with the suite description and disagreements."""
+    return render_json(
+        {
+            "source": report.source,
+            "cases": report.cases,
+            "seed": report.seed,
+            "trials": report.trials,
+            "k": k,
+            "results": [result_dict(r) for r in report.results],
+            "disagreements": len(report.disagreements),
+            "claim_failures": len(report.claim_failures),
+        }
+    )
+
+
+def render_properties_csv(report: VerifyReport) -> str:
+    """Tidy CSV: one row per (method, property); the counterexample as its command line."""
+    rows = []
+    for r in report.results:
+        d = result_dict(r)
+        d["counterexample"] = r.counterexample.command if r.counterexample else None
+        rows.append(d)
+    return render_csv(rows, CSV_COLUMNS)
+
+
+def _cell(r: PropertyResult) -> Text:
+    if r.holds is None:
+        text, style = "n/a", "dim"
+    elif r.property == "smooth" and r.smoothness:
+        text, style = _SHORT_CLASS.get(r.smoothness, r.smoothness), "green" if r.holds else "red"
+    else:
+        text, style = ("yes", "green") if r.holds else ("no", "red")
+    if not r.agrees:
+        if r.property == "smooth":
+            claim = r.expected_smoothness or ("C1" if r.expected else "C0")
+            text += f" (claim {_SHORT_CLASS.get(claim, claim)})"
+        else:
+            text += " !"
+        style += " bold reverse" if r.claim_violated else " bold"
+    return Text(text, style=style)
+
+
+def properties_matrix(report: VerifyReport) -> Table:
+    """Methods x properties: yes / no / n/a (smooth shows the measured class); ``!`` = disagrees with the claim."""
+    table = Table(title="Measured properties (! = contradicts the registry's claim)", title_justify="left")
+    table.add_column("method", no_wrap=True)
+    for prop in report.properties:
+        table.add_column(prop, no_wrap=True)
+    by_key = {(r.method, r.property): r for r in report.results}
+    for method in report.methods:
+        table.add_row(method, *[_cell(by_key[(method, p)]) for p in report.properties])
+    return table
+
+
+def counterexample_table(report: VerifyReport) -> Table | None:
+    """One line per failing (method, property): worst violation and a paste-able counterexample."""
+    failing = [r for r in report.results if r.holds is False]
+    if not failing:
+        return None
+    table = Table(title="Failures: worst violation and a shrunk counterexample", title_justify="left")
+    for col in ("method", "property", "claimed", "worst", "counterexample"):
+        table.add_column(col, overflow="fold")
+    for r in failing:
+        cex = r.counterexample
+        text = f"{cex.command}\n{cex.detail}" if cex else r.detail
+        worst = "failed" if r.worst is None or r.worst == float("inf") else format_float(r.worst, 4)
+        table.add_row(r.method, r.property, "yes" if r.expected else "no", worst, text)
+    return table
+
+
+def render_properties_table(report: VerifyReport, *, color: bool = False) -> str:
+    """The matrix, the counterexamples and one summary line."""
+    source = (
+        f"default suite ({report.cases} cases, trials={report.trials}, seed={report.seed})"
+        if report.source == "suite"
+        else f"{report.cases} input cases"
+    )
+    renderables: list[Any] = [properties_matrix(report)]
+    cex = counterexample_table(report)
+    if cex is not None:
+        renderables.append(cex)
+    n_dis, n_claim = len(report.disagreements), len(report.claim_failures)
+    renderables.append(
+        Text(
+            f"Measured on the {source}. {n_dis} disagreement(s) with the registry, "
+            f"{n_claim} claimed propert{'y' if n_claim == 1 else 'ies'} violated. "
+            "C-inf = no discontinuity detected up to the 2nd derivative."
+        )
+    )
+    return renderables_to_text(renderables, color=color, width=200)
+
+
+def render_properties(report: VerifyReport, fmt: OutputFormat, *, color: bool = False, k: int | None = None) -> str:
+    """The report in ``fmt``."""
+    if fmt is OutputFormat.json:
+        return render_properties_json(report, k=k)
+    if fmt is OutputFormat.csv:
+        return render_properties_csv(report)
+    return render_properties_table(report, color=color)
