@@ -326,3 +326,18 @@ def test_installed_console_script_and_module(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
     assert "nope.csv: no such file" in done.stderr
+
+
+NEAR_BOUNDARY = "1.75,0.51,-0.19,-0.52,2.11,-4.50,-0.28,0.07,-2.85,0.67,-1.30,1.72,-0.25,1.34,2.44,0.77,-1.75,-3.03,3.51,-0.22,-1.38,0.29,-0.38,1.70,0.07,0.03,-1.43,0.94,-2.07,1.33"
+
+
+def test_grad_recursive_near_its_boundary_warns_but_succeeds() -> None:
+    code, out, err = run("compute", "-m", "grad-recursive", "-k", "8", "--values", NEAR_BOUNDARY, "--format", "csv")
+    assert code == 0 and "nan" not in out
+    assert "grad-recursive on the vector is close to its stability boundary" in err
+    assert "use -m grad" in err
+
+
+def test_grad_recursive_far_from_its_boundary_is_silent() -> None:
+    code, _, err = run("compute", "-m", "grad-recursive", "-k", "2", "--values", "3,2,1,0", "--format", "csv")
+    assert code == 0 and err == ""

@@ -197,7 +197,8 @@ def compute(
     Exit code 1 when a method failed numerically on some row (e.g. grad-recursive); the other
     rows and methods are still printed, and stderr names the failed rows.
     """
-    from topk_cli.render.compute import build_compute_report, compute_warnings, render_compute
+    from topk_cli.comparison import build_compute_report
+    from topk_cli.render.compute import compute_warnings, render_compute
 
     data = read_vectors(input, values, column, input_format)
     names = resolve_methods(method, default=[DEFAULT_METHOD])

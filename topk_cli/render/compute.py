@@ -20,14 +20,11 @@ from numpy.typing import NDArray
 from rich.table import Table
 from rich.text import Text
 
-from topk_cli.api import evaluate, jacobian, soft_topk
-from topk_cli.errors import InputError, InvalidArgumentError, RowFailure
-from topk_cli.inputs import LoadedInput
+from topk_cli.comparison import BOUNDARY_WARNING_DIGITS, ComputeReport, row_title
+from topk_cli.errors import InvalidArgumentError
 from topk_cli.registry import METHODS
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
-#: Largest Jacobian ``--jacobian`` will form (numbers over all rows and methods).
-MAX_JACOBIAN_NUMBERS = 10_000_000
 #: Tables show at most this many vectors (blocks) and entries per vector.
 TABLE_MAX_BLOCKS = 20
 TABLE_MAX_ENTRIES = 100
@@ -37,91 +34,6 @@ TABLE_MAX_JACOBIAN_N = 8
 MAX_WARNINGS = 10
 
 CSV_COLUMNS = ("row", "row_name", "entry", "label", "value", "hard", "method", "weight", "status")
-
-
-@dataclass(frozen=True)
-class MethodRun:
-    """One method on every row: weights ``(B, n)`` (NaN on failed rows), status per row.
-
-    ``jacobian`` is ``(B, n, n)`` ``d p_i / d x_j`` (NaN on failed rows) under ``--jacobian``.
-    """
-
-    method: str
-    weights: NDArray[np.float64]
-    status: NDArray[np.str_]
-    failures: tuple[RowFailure, ...]
-    jacobian: NDArray[np.float64] | None = None
-
-
-@dataclass(frozen=True)
-class ComputeReport:
-    """Everything ``compute`` prints: the input, the hard top-k and one run per method."""
-
-    k: int
-    tau: float
-    data: LoadedInput
-    hard: NDArray[np.float64]
-    runs: tuple[MethodRun, ...]
-
-    @property
-    def failed(self) -> bool:
-        """True when some method failed on some row (exit code 1)."""
-        return any(run.failures for run in self.runs)
-
-
-def build_compute_report(
-    data: LoadedInput, *, k: int, methods: Sequence[str], tau: float, with_jacobian: bool = False
-) -> ComputeReport:
-    """Run every method on every row of ``data``; failures are recorded per row, not raised.
-
-    Raises:
-        InvalidArgumentError: ``k < 1``, ``tau`` not a finite number > 0, or a Jacobian too big.
-        InputError: vectors shorter than ``k``, or a row with fewer than ``k`` unmasked entries.
-    """
-    x = data.values
-    rows, n = x.shape
-    if k < 1:
-        raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
-    if not (np.isfinite(tau) and tau > 0):
-        raise InvalidArgumentError(f"--tau must be a finite number > 0, got {tau}")
-    if k > n:
-        raise InputError(f"{data.source}: the vectors have n={n} entries, fewer than k={k}")
-    unmasked = np.isfinite(x).sum(axis=1)
-    if (unmasked < k).any():
-        r = int(np.argmax(unmasked < k))
-        raise InputError(
-            f"{data.source}: {_row_title(data, r)} has only {unmasked[r]} unmasked entries "
-            f"(-inf = masked), fewer than k={k}"
-        )
-    if with_jacobian and rows * n * n * len(methods) > MAX_JACOBIAN_NUMBERS:
-        raise InvalidArgumentError(
-            f"--jacobian would hold {rows * n * n * len(methods):.3g} numbers ({rows} rows, n={n}, "
-            f"{len(methods)} methods), more than {MAX_JACOBIAN_NUMBERS:.0e}; use topk_cli.vjp in Python"
-        )
-    hard = np.asarray(soft_topk(x, k, "hard"), dtype=np.float64)
-    runs = []
-    for name in methods:
-        result = evaluate(x, k, name, tau=tau)
-        jac = None
-        if with_jacobian:
-            jac = np.full((rows, n, n), np.nan)
-            ok = result.status == "ok"
-            if ok.any():
-                jac[ok] = jacobian(x[ok], k, name, tau=tau)
-        runs.append(
-            MethodRun(
-                method=name, weights=np.asarray(result.weights, dtype=np.float64),
-                status=np.asarray(result.status).reshape(rows), failures=result.failures, jacobian=jac,
-            )
-        )
-    return ComputeReport(k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs))
-
-
-def _row_title(data: LoadedInput, row: int) -> str:
-    if data.single:
-        return "the vector"
-    name = data.row_names[row]
-    return f"row {row}" + (f" ({name})" if data.row_names_given else "")
 
 
 def compute_warnings(report: ComputeReport) -> list[str]:
@@ -137,11 +49,35 @@ def compute_warnings(report: ComputeReport) -> list[str]:
         if failure.method == "grad-recursive" and "'grad'" not in failure.detail:
             hint = "; use -m grad (the same operator, computed stably)"
         lines.append(
-            f"{failure.method} failed on {_row_title(report.data, row)}: {failure.code}{level}: "
+            f"{failure.method} failed on {row_title(report.data, row)}: {failure.code}{level}: "
             f"{failure.detail}{hint}"
         )
     if len(failures) > MAX_WARNINGS:
         lines.append(f"... and {len(failures) - MAX_WARNINGS} more failed rows (see 'status' in the output)")
+    return lines + _boundary_warnings(report)
+
+
+def _boundary_warnings(report: ComputeReport) -> list[str]:
+    """Rows on which ``grad-recursive`` succeeded but lies at or beyond its stability boundary."""
+    outlook = report.outlook
+    run = next((r for r in report.runs if r.method == "grad-recursive"), None)
+    if outlook is None or run is None:
+        return []
+    near = (run.status == "ok") & (outlook.fails | (outlook.digits_lost >= BOUNDARY_WARNING_DIGITS))
+    lines = []
+    for row in np.flatnonzero(near)[:MAX_WARNINGS]:
+        level = int(outlook.predicted_level[row])
+        where = (
+            f"beyond its stability boundary (the log argument is predicted to vanish at level {level})"
+            if level >= 0
+            else f"close to its stability boundary (about {outlook.digits_lost[row]:.0f} of 16 digits lost)"
+        )
+        lines.append(
+            f"grad-recursive on {row_title(report.data, int(row))} is {where}; smallest 1 - p = "
+            f"{outlook.min_complement[row]:.1e}; use -m grad"
+        )
+    if near.sum() > MAX_WARNINGS:
+        lines.append(f"... and {int(near.sum()) - MAX_WARNINGS} more rows near grad-recursive's boundary")
     return lines
 
 
@@ -209,7 +145,7 @@ def render_compute_table(
 def _block(report: ComputeReport, r: int, max_entries: int) -> Table:
     data = report.data
     n = data.values.shape[1]
-    title = None if data.single else _row_title(data, r)
+    title = None if data.single else row_title(data, r)
     table = Table(title=title, title_justify="left", show_footer=True, header_style="bold")
     hard_sum = report.hard[r].sum()
     table.add_column("entry", footer="sum")
@@ -241,7 +177,7 @@ def _jacobian_tables(report: ComputeReport, r: int) -> list[Table]:
     for run in report.runs:
         if run.jacobian is None or run.status[r] != "ok":
             continue
-        where = "" if data.single else f", {_row_title(data, r)}"
+        where = "" if data.single else f", {row_title(data, r)}"
         table = Table(title=f"Jacobian d p_i / d x_j of {run.method}{where}", title_justify="left")
         table.add_column("i \\ j")
         for j in range(n):
