@@ -100,7 +100,7 @@ def test_default_table_on_scores() -> None:
     code, out, err = run("compute", "-k", "2", SCORES)
     assert code == 0 and err == ""
     lines = out.splitlines()
-    assert "thre-laplace" in lines[2] and "hard" in lines[2]  # the default method agrees with the API
+    assert "thre-laplace" in lines[2] and "top-k" in lines[2]  # the default method agrees with the API
     apple = next(line for line in lines if "apple" in line)
     expected = st.soft_topk([[2.3, 0.4, 1.7, -0.5, 1.9, 0.1]], 2)[0, 0]
     assert format_float(float(expected)) in apple and "2.3" in apple

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any
@@ -60,16 +61,24 @@ def _csv_cell(value: Any) -> Any:
 
 
 def renderables_to_text(renderables: Sequence[RenderableType], *, color: bool, width: int | None = None) -> str:
-    """Render rich objects to a string; plain text (no ANSI codes) when ``color`` is False."""
+    """Render rich objects to a string; plain text (no ANSI codes) when ``color`` is False.
+
+    With colour (a terminal) tables fit ``width`` (default: the terminal's). Without colour the
+    text goes to a pipe, a file or a CI log, where nothing should be cut: the width grows to
+    the widest renderable's natural width (up to 1000 columns).
+    """
     console = Console(
         file=io.StringIO(),
         force_terminal=color,
         no_color=not color,
         color_system="auto" if color else None,
-        width=width or 120,
+        width=width or (shutil.get_terminal_size((120, 24)).columns if color else 1000),
         highlight=False,
         soft_wrap=False,
     )
+    if not color:
+        natural = max((console.measure(item).maximum for item in renderables), default=80)
+        console.width = min(max(natural, width or 80), 1000)
     with console.capture() as capture:
         for item in renderables:
             console.print(item)

@@ -150,7 +150,7 @@ def _block(report: ComputeReport, r: int, max_entries: int) -> Table:
     hard_sum = report.hard[r].sum()
     table.add_column("entry", footer="sum")
     table.add_column("value", justify="right")
-    table.add_column("hard", justify="right", footer=format_float(float(hard_sum)))
+    table.add_column("top-k", justify="right", footer=format_float(float(hard_sum)))
     for run in report.runs:
         status = str(run.status[r])
         footer = format_float(float(run.weights[r].sum())) if status == "ok" else status
