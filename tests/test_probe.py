@@ -187,12 +187,12 @@ def _enumerated_grad(z, k):
 def test_grad_reference_and_outlook_complements_match_enumeration():
     import mpmath as mp
 
-    from topk_cli.analysis.probe import _esp_tables, _grad_reference, _shift_rows
+    from topk_cli.analysis.probe import _esp_tables, _grad_reference
 
     mp.mp.dps = 50
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 7)) * np.array([[0.3], [4.0], [60.0]])
-    z = _shift_rows(x, 1.0)
+    z = st.scaled_scores(x, 1)
     for k in (1, 3, 6):
         ref = _grad_reference(_esp_tables(z, k, 7), k)
         exact = np.array([_enumerated_grad(row, k) for row in z])
@@ -206,10 +206,10 @@ def test_grad_reference_and_outlook_complements_match_enumeration():
 def test_sequential_references_match_high_precision():
     import mpmath as mp
 
-    from topk_cli.analysis.probe import _sequential_reference, _shift_rows
+    from topk_cli.analysis.probe import _sequential_reference
 
     mp.mp.dps = 40
-    z = _shift_rows(np.array([[0.3, -1.2, 2.5, 0.0, 1.1]]) * 3.0, 1.0)
+    z = st.scaled_scores(np.array([[0.3, -1.2, 2.5, 0.0, 1.1]]) * 3.0, 1)
     zs = [mp.mpf(float(v)) for v in z[0]]
     k = 3
     # weighted-softmax: p += (1 - p) e^z / sum((1 - p) e^z)
@@ -230,9 +230,9 @@ def test_sequential_references_match_high_precision():
 
 
 def test_threshold_reference_solves_the_threshold_equation():
-    from topk_cli.analysis.probe import _shift_rows, _threshold_reference
+    from topk_cli.analysis.probe import _threshold_reference
 
-    z = _shift_rows(np.random.default_rng(2).standard_normal((4, 30)) * 5.0, 1.0)
+    z = st.scaled_scores(np.random.default_rng(2).standard_normal((4, 30)) * 5.0, 1)
     for method in ("thre-exp", "thre-sigmoid", "thre-laplace"):
         p, trusted = _threshold_reference(method, z, 7)
         assert trusted.all()

@@ -5,7 +5,16 @@
 array([0., 1., 0.])
 """
 
-from topk_cli.api import TopKResult, evaluate, get_method, jacobian, soft_topk, trace_grad_recursive, vjp
+from topk_cli.api import (
+    TopKResult,
+    evaluate,
+    get_method,
+    jacobian,
+    scaled_scores,
+    soft_topk,
+    trace_grad_recursive,
+    vjp,
+)
 from topk_cli.errors import (
     InputError,
     InvalidArgumentError,
@@ -33,6 +42,7 @@ __all__ = [
     "evaluate",
     "get_method",
     "jacobian",
+    "scaled_scores",
     "soft_topk",
     "trace_grad_recursive",
     "vjp",

@@ -148,6 +148,18 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object) -> _Prepared:
     return _Prepared(spec=spec, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
 
 
+def scaled_scores(x: ArrayLike, k: int, *, tau: float = 1.0) -> FloatArray:
+    """The scores every operator sees: ``z = (x - max x) / tau`` row by row, as a ``(B, n)`` batch.
+
+    Validates ``x``, ``k`` and ``tau`` exactly as :func:`soft_topk` does; masked entries stay
+    ``-inf``; rows are flattened row-major. For analyses that work on the operators' input.
+
+    >>> scaled_scores([[1.0, 3.0, -np.inf]], 1, tau=0.5).tolist()
+    [[-4.0, 0.0, -inf]]
+    """
+    return _prepare(x, k, "hard", tau).z
+
+
 def _average_ties(z: FloatArray, *arrays: FloatArray) -> tuple[FloatArray, ...]:
     """Replace each array's entries by their mean over groups of exactly equal ``z`` in a row."""
     order = np.argsort(z, axis=-1, kind="stable")

@@ -51,9 +51,10 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from topk_cli.api import evaluate, get_method, trace_grad_recursive
+from topk_cli.api import evaluate, get_method, scaled_scores, trace_grad_recursive
 from topk_cli.errors import InvalidArgumentError
-from topk_cli.operators._base import Z_FLOOR, FloatArray
+from topk_cli.operators._base import FloatArray
+from topk_cli.operators._logspace import logsumexp
 
 #: Input distributions, each standardised to mean 0 (median 0) and unit variance.
 DISTRIBUTIONS = ("normal", "uniform", "laplace", "student-t")
@@ -306,23 +307,6 @@ def draw_scores(n: int, trials: int, *, dist: str, seed: int) -> FloatArray:
 # exact log-space program for GradTopK at every level (reference and prediction)
 
 
-def _lse(a: FloatArray, axis: int) -> FloatArray:
-    """``log sum exp`` along ``axis``; ``-inf`` for empty (all ``-inf``) slices, never NaN."""
-    m = np.max(a, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore"):  # log(0) = -inf is right for an empty sum
-        return np.squeeze(np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m, axis=axis)
-
-
-def _shift_rows(x: FloatArray, tau: float) -> FloatArray:
-    """The API's ``z = (x - max finite x) / tau`` (masked ``-inf`` entries stay ``-inf``)."""
-    finite = np.isfinite(x)
-    top = np.max(np.where(finite, x, -np.inf), axis=-1, keepdims=True)
-    with np.errstate(over="ignore", invalid="ignore"):  # -inf - top stays -inf; huge spreads overflow
-        z = (x - top) / tau
-    return np.where(finite, np.maximum(z, Z_FLOOR), -np.inf)
-
-
 @dataclass(frozen=True)
 class _Esp:
     """Log elementary symmetric polynomials of ``w = exp(z)`` for rows sorted decreasingly."""
@@ -369,7 +353,7 @@ def _loo(prefix: FloatArray, suffix: FloatArray, degree: int) -> FloatArray:
     other = np.where(valid, j - l_idx, 0)
     terms = prefix[..., None, : degree + 1] + suffix[..., other]  # (m, B, degree+1, degree+1)
     terms = np.where(valid, terms, -np.inf)
-    return _lse(terms, axis=-1)
+    return logsumexp(terms, axis=-1)
 
 
 def _grad_reference(tab: _Esp, k: int) -> FloatArray:
@@ -380,7 +364,7 @@ def _grad_reference(tab: _Esp, k: int) -> FloatArray:
     if k == n:
         return tab.memo.setdefault(k, np.ones((rows, n)))
     # log e_{k-1}(w without i), all i: (n, B)
-    loo = _lse(
+    loo = logsumexp(
         np.stack([tab.prefix[:n, :, j] + tab.suffix[1:, :, k - 1 - j] for j in range(k)], axis=-1), axis=-1
     )
     with np.errstate(invalid="ignore"):  # masked entries: -inf + finite is -inf, exp gives 0
@@ -443,10 +427,9 @@ def grad_recursive_outlook(x: ArrayLike, k: int, *, tau: float = 1.0) -> Recursi
     >>> o.predicted_level.tolist(), o.saturation_level.tolist(), o.min_complement.round(4).tolist()
     ([-1, 2], [-1, 2], [0.3348, 0.0])
     """
-    result = evaluate(x, k, "hard", tau=tau)  # validates x, k and tau exactly like the other methods
-    n = result.weights.shape[-1]
-    z = _shift_rows(np.asarray(x, dtype=np.float64).reshape(-1, n), result.tau)
-    return _outlook(_esp_tables(z, max(int(result.k) - 1, 1), min(n, 2 * int(result.k))), int(result.k))
+    z = scaled_scores(x, k, tau=tau)  # validates x, k and tau exactly like the operators
+    k = int(k)
+    return _outlook(_esp_tables(z, max(k - 1, 1), min(z.shape[1], 2 * k)), k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -700,7 +683,7 @@ def stability_probe(
             x = offset + scale * draws
             if not np.isfinite(x).all():
                 raise InvalidArgumentError(f"offset + scale * draw overflows float64 (scale={scale:g})")
-            z = _shift_rows(x, tau)
+            z = scaled_scores(x, 1, tau=tau)
             cache: list[_Esp] = []
 
             def tables(z: FloatArray = z, kmax: int = max(grid[n]), cache: list[_Esp] = cache) -> _Esp:
