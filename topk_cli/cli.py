@@ -20,7 +20,7 @@ from topk_cli import __version__
 from topk_cli.api import DEFAULT_METHOD
 from topk_cli.errors import InputError, SoftTopKError, UnknownMethodError
 from topk_cli.inputs import LoadedInput, load_input
-from topk_cli.output import write_text
+from topk_cli.output import write_bytes, write_text
 from topk_cli.registry import METHODS
 from topk_cli.render.common import OutputFormat
 
@@ -58,6 +58,7 @@ MethodOpt = Annotated[
     Optional[list[str]],
     typer.Option("-m", "--method", help="Method name (repeatable), or 'all'. See 'softtopk methods'.", show_default=False),
 ]
+KOpt = Annotated[int, typer.Option("-k", help="How many entries to select (1 <= k <= n).", show_default=False)]
 TauOpt = Annotated[float, typer.Option("--tau", help="Temperature > 0: the operator acts on x / tau.")]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="Output format.")]
 OutputOpt = Annotated[
@@ -179,7 +180,7 @@ def methods(fmt: FormatOpt = OutputFormat.table, output: OutputOpt = None) -> No
 )
 @boundary
 def compute(
-    k: Annotated[int, typer.Option("-k", help="How many entries to select (1 <= k <= n).", show_default=False)],
+    k: KOpt,
     input: InputArg = None,
     method: MethodOpt = None,
     tau: TauOpt = 1.0,
@@ -266,27 +267,6 @@ def verify_properties_command(
         raise typer.Exit(code=1)
 
 
-def _write_bytes(data: bytes, path: Path) -> None:
-    """Write ``data`` atomically (temporary sibling, then rename), like ``write_text``."""
-    import tempfile
-
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"cannot write {target}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a plot is an ordinary file
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @app.command(
     "temperature-sweep",
     epilog=(
@@ -298,7 +278,7 @@ def _write_bytes(data: bytes, path: Path) -> None:
 )
 @boundary
 def temperature_sweep_command(
-    k: Annotated[int, typer.Option("-k", help="How many entries to select (1 <= k <= n).", show_default=False)],
+    k: KOpt,
     input: InputArg = None,
     method: MethodOpt = None,
     values: ValuesOpt = None,
@@ -343,7 +323,7 @@ def temperature_sweep_command(
     png = render_plot_png(result) if plot is not None else None
     write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:
-        _write_bytes(png, plot)
+        write_bytes(png, plot)
         typer.echo(f"softtopk: note: plot written to {plot}", err=True)
 
 

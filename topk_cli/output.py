@@ -28,7 +28,19 @@ def write_text(text: str | Iterable[str], path: Path | None) -> None:
             sys.stdout.write(chunk)
         sys.stdout.flush()
         return
-    target = Path(path)
+    _replace_atomically(Path(path), (chunk.encode("utf-8") for chunk in chunks))
+
+
+def write_bytes(data: bytes, path: Path) -> None:
+    """Write ``data`` (e.g. a PNG) atomically to ``path``, like :func:`write_text`.
+
+    Raises:
+        InputError: the target directory does not exist or is not writable.
+    """
+    _replace_atomically(Path(path), [data])
+
+
+def _replace_atomically(target: Path, chunks: Iterable[bytes]) -> None:
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"cannot write {target}: directory {directory} does not exist")
@@ -43,7 +55,7 @@ def write_text(text: str | Iterable[str], path: Path | None) -> None:
     mode = (target.stat().st_mode & 0o7777) if target.exists() else (0o666 & ~umask)
     try:
         os.chmod(tmp, mode)  # mkstemp creates 0600
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+        with os.fdopen(fd, "wb") as handle:
             for chunk in chunks:
                 handle.write(chunk)
             handle.flush()
