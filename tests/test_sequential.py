@@ -16,7 +16,9 @@ import pytest
 from mpmath import mp, mpf
 
 import topk_cli as st
+from topk_cli.analysis.probe import draw_scores
 from topk_cli.errors import NumericalFailureError
+from topk_cli.operators import sequential as seq
 
 METHODS = ("iterative", "weighted-softmax")
 
@@ -285,3 +287,130 @@ def test_weighted_softmax_derivative_overflow_is_reported_not_nan() -> None:
         st.vjp(x, 2, [1.0, 0.0, 0.0, 0.0], "weighted-softmax", tau=1e-3)
     # iterative's derivative stays finite there (it is exponentially small, not overflowing)
     assert np.isfinite(st.jacobian(x, 2, "iterative", tau=1e-3)).all()
+
+
+# --------------------------------------------------------------------------- ill-conditioned rows
+
+TOL = seq.ILL_CONDITIONED_TOLERANCE
+
+# x = c (3, 2, 1, 0), k = 3: the round-3 normaliser S = sum_j (1 - p_j) e^{z_j} crosses 0 (a pole of
+# weighted-softmax) at c* = 1.29767596828515988 (bisection in mpmath); near it p ~ 1/S and float64
+# loses ~|log10 S| digits.
+POLE = 1.29767596828515988
+
+
+def _pole_row(offset: float) -> list[float]:
+    return (POLE * (1.0 + offset) * np.array([3.0, 2.0, 1.0, 0.0])).tolist()
+
+
+# iterative at k = n, n = 11 (found by a small random search): the rounds amplify rounding errors
+# ~30-fold each once s_i (1 - s_i)(z_i - min z) >> 1; float64 ends 6.9e-8 away from the exact result
+ITERATIVE_UNSTABLE = [186.9, -195.6, -125.3, -126.4, 3.8, -6.3, 2.7, -19.9, -4.9, 41.8, -40.2]
+
+
+def _raw(method: str, x: list[float], k: int) -> np.ndarray:
+    """The operator's own float64 result (which ``evaluate`` replaces by NaN on a flagged row)."""
+    z = np.asarray(x) - max(x)
+    forward = seq.weighted_softmax_topk if method == "weighted-softmax" else seq.iterative_topk
+    return forward(z[None], k).p[0]
+
+
+@pytest.mark.parametrize(
+    ("method", "x", "k", "level", "cause"),
+    [
+        ("weighted-softmax", _pole_row(1e-5), 3, 3, "normaliser S"),
+        ("weighted-softmax", _pole_row(-1e-7), 3, 3, "pole"),
+        ("iterative", ITERATIVE_UNSTABLE, 11, 8, "slope"),
+    ],
+)
+def test_ill_conditioned_rows_are_flagged_not_returned(
+    method: str, x: list[float], k: int, level: int, cause: str
+) -> None:
+    p_ref, _ = ref(method, x, k, 1.0, relative=method == "weighted-softmax")
+    assert np.abs(_raw(method, x, k) - p_ref).max() > 10 * TOL  # float64 really is wrong here
+    r = st.evaluate(x, k, method)
+    assert r.status.tolist() == "ill-conditioned" and not r.ok
+    assert np.isnan(r.weights).all() and np.isnan(r.complement).all()
+    (failure,) = r.failures
+    assert failure.code == "ill-conditioned" and failure.level == level
+    assert failure.value is not None and failure.value > TOL
+    assert f"step {level}:" in failure.detail and cause in failure.detail and "ill-conditioned" in failure.detail
+    with pytest.raises(NumericalFailureError, match="ill-conditioned"):
+        st.soft_topk(x, k, method)
+
+
+def test_near_a_pole_only_the_rows_float64_cannot_resolve_are_flagged() -> None:
+    offsets = [1e-1, 1e-2, -1e-2, 1e-3, -1e-3, 1e-4, -1e-4, 1e-5, 1e-6, -1e-6, 1e-8]
+    x = np.array([_pole_row(o) for o in offsets])
+    r = st.evaluate(x, 3, "weighted-softmax")
+    flagged = r.status == "ill-conditioned"
+    assert flagged.tolist() == [abs(o) < 2e-4 for o in offsets]
+    for row, bad in zip(x.tolist(), flagged):
+        err = np.abs(_raw("weighted-softmax", row, 3) - ref("weighted-softmax", row, 3, 1.0)[0]).max()
+        if bad:
+            assert err > TOL / 30  # flagged rows are wrong, or within a factor 30 of it
+        else:  # rows returned as "ok" match the exact values to the tolerance (they reach |p| ~ 250)
+            assert err < TOL
+            np.testing.assert_allclose(r.weights[list(x.tolist()).index(row)], _raw("weighted-softmax", row, 3))
+
+
+def test_flagged_iterative_rows_in_a_batch_leave_the_others_ok_and_accurate() -> None:
+    # spread ~50 at n = 16, k = 12: some rows amplify rounding errors past the tolerance, most not
+    rng = np.random.default_rng(2)
+    x = 50.0 * rng.standard_normal((40, 16))
+    r = st.evaluate(x, 12, "iterative")
+    flagged = r.status == "ill-conditioned"
+    assert 0 < flagged.sum() < len(x) // 2
+    for b in range(len(x)):
+        p_ref, _ = ref("iterative", x[b].tolist(), 12, 1.0, relative=False)
+        err = np.abs(_raw("iterative", x[b].tolist(), 12) - p_ref).max()
+        estimate = seq.iterative_topk((x[b] - x[b].max())[None], 12).aux["error_estimate"][0]
+        assert err <= estimate  # the estimate bounds the error (it is 3x the RMS of a linearised model) ...
+        if err > 1e-12:  # ... without being far above it where the error is measurable
+            assert estimate < 100 * err, (b, err, estimate)
+        if not flagged[b]:
+            np.testing.assert_allclose(r.weights[b], p_ref, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_well_conditioned_batches_are_all_ok(method: str) -> None:
+    rng = np.random.default_rng(0)
+    for n in (10, 100):
+        for scale in (0.1, 1.0, 3.0, 10.0):
+            x = scale * rng.standard_normal((16, n))
+            for k in sorted({1, 2, 5, 10, n}) if n == 10 else (1, 2, 5, 10):
+                r = st.evaluate(x, k, method)
+                assert r.ok, (n, scale, k, [f.detail for f in r.failures][:1])
+    # and the estimate stays far below the tolerance there (the error is ~1e-15)
+    z = rng.standard_normal((16, 100))
+    z -= z.max(axis=1, keepdims=True)
+    forward = seq.weighted_softmax_topk if method == "weighted-softmax" else seq.iterative_topk
+    assert forward(z, 10).aux["error_estimate"].max() < 1e-3 * TOL
+
+
+def test_weighted_softmax_at_large_k_returns_only_accurate_rows() -> None:
+    # n = 100, k = 50 at spread 3: the rounds pass near poles and amplify rounding errors. Row 5 is
+    # flagged: its round 45 amplifies errors 5e4-fold (float64 ends 4e-11 off; the estimate, 6e-8,
+    # is pessimistic there); the rows returned are accurate to the tolerance
+    x = 3.0 * np.random.default_rng(0).standard_normal((16, 100))
+    r = st.evaluate(x, 50, "weighted-softmax")
+    assert np.flatnonzero(r.status != "ok").tolist() == [5]
+    for b in (0, 1, 8):  # row 8 is the least accurate row returned (1.1e-10 off)
+        np.testing.assert_allclose(r.weights[b], ref("weighted-softmax", x[b].tolist(), 50, 1.0)[0], rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize(
+    ("method", "n", "row", "scale", "k", "entry", "exact"),
+    [
+        # the stability probe's cells (seed 0, normal draws, scales on np.logspace(-1, 4, 13), tau = 1)
+        ("weighted-softmax", 100, 11, 12.115276586285882, 50, 86, 158.53026784500588),
+        ("iterative", 1000, 0, 215.44346900318845, 50, 606, 0.22865839511531572),
+    ],
+)
+def test_stability_probe_cases_are_flagged(
+    method: str, n: int, row: int, scale: float, k: int, entry: int, exact: float
+) -> None:
+    x = draw_scores(n, 20, dist="normal", seed=0)[row] * scale
+    assert abs(_raw(method, x.tolist(), k)[entry] - exact) > 0.1  # exact: mpmath, 80 and 160 digits
+    r = st.evaluate(x, k, method)
+    assert r.status.tolist() == "ill-conditioned" and np.isnan(r.weights).all()
