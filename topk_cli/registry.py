@@ -95,7 +95,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         guarantees=Guarantees(
             range=False, sum=True, monotone_weak=False, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=False,
-            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C0",
+            softmax_at_k1=True, jacobian=True, finite=False, smoothness="C0",
         ),
         reference="J. Su, 'Softmax sequel: finding smooth approximations of Top-K', kexue.fm (2024), after his 2019 post.",
         notes=(
@@ -113,7 +113,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         guarantees=Guarantees(
             range=False, sum=True, monotone_weak=False, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=False, hard_limit=False,
-            softmax_at_k1=True, jacobian=True, finite=True, smoothness="discontinuous",
+            softmax_at_k1=True, jacobian=True, finite=False, smoothness="discontinuous",
         ),
         reference="'Is there something like softmax but for top k values?', Cross Validated answer; analysed in Su (2024).",
         notes=(
