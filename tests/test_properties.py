@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from strategies import cases
 
-from topk_cli.api import soft_topk
+from topk_cli.api import evaluate, soft_topk
 from topk_cli.properties import (
     CHECKS,
     PROPERTIES,
     Case,
+    _line_class,
+    _pole_probe,
     check_hard_limit,
     check_jacobian,
     check_monotone_strict,
@@ -121,6 +124,37 @@ def test_grad_recursive_fails_where_grad_does_not() -> None:
     assert CHECKS["finite"]("grad", wide).holds is True
     limit = check_hard_limit("grad-recursive", [Case((3.0, 2.0, 1.0, 0.0), 2)])
     assert limit.holds is False and "fails" in limit.detail
+
+
+def test_a_pole_of_weighted_softmax_is_found_through_its_refusals() -> None:
+    """x = c (3, 2, 1, 0), k = 3: S = sum_j (1 - p_j) e^{z_j} crosses 0 at c* ~ 1.2977."""
+    base = np.array([3.0, 2.0, 1.0, 0.0])
+    cs = np.linspace(1.29, 1.31, 201)
+    r = evaluate(cs[:, None] * base, 3, "weighted-softmax")
+    refused = np.isin(r.status, ["inf", "ill-conditioned"])
+    assert refused.any() and abs(cs[refused].mean() - 1.2977) < 2e-3  # refused near the pole ...
+    below = ~refused & (cs < cs[refused].min()) & (cs > 1.2977 - 5e-3)
+    above = ~refused & (cs > cs[refused].max()) & (cs < 1.2977 + 5e-3)
+    p0 = r.weights[:, 0]
+    assert p0[below].min() < -100 and p0[above].max() > 100  # ... and huge values of opposite signs around it
+    x0 = cs[refused][0] * base
+    d = base / np.linalg.norm(base)
+    measured = _line_class("weighted-softmax", x0, 3, 1.0, d)
+    assert measured is not None and measured[0] == "discontinuous" and "a pole" in measured[2]
+    result = check_smooth("weighted-softmax", [Case(tuple(float(v) for v in x0), 3)])
+    assert result.smoothness == "discontinuous" and result.holds is False
+    assert result.counterexample is not None and "a pole" in result.counterexample.detail
+
+
+def test_a_grad_recursive_refusal_is_not_a_pole_nor_smoothness() -> None:
+    """grad-recursive refuses ("cancellation") on a smooth stretch: neither a pole nor evidence."""
+    x0, d = np.array([0.0, 20.0, 40.0, 30.7]), np.array([0.0, 0.0, 0.0, 1.0])
+    status = evaluate(x0 + np.linspace(-0.1, 0.1, 21)[:, None] * d, 2, "grad-recursive").status
+    assert "cancellation" in set(status) and "ok" in set(status)  # refused stretches between accepted points
+    assert _line_class("grad-recursive", x0, 2, 1.0, d) is None  # unmeasured, not C-infinity
+    assert _pole_probe("grad-recursive", x0, 2, 1.0, d, 0.0) is None  # even probed, bounded values are no pole
+    result = check_smooth("grad-recursive", [Case(tuple(float(v) for v in x0), 2)])
+    assert result.holds is None and result.smoothness is None and result.skipped == 1
 
 
 def test_strict_monotonicity_ignores_saturation_that_float64_cannot_show() -> None:
