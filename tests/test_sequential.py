@@ -414,3 +414,65 @@ def test_stability_probe_cases_are_flagged(
     assert abs(_raw(method, x.tolist(), k)[entry] - exact) > 0.1  # exact: mpmath, 80 and 160 digits
     r = st.evaluate(x, k, method)
     assert r.status.tolist() == "ill-conditioned" and np.isnan(r.weights).all()
+
+
+# --------------------------------------------------------------------------- exact ties (regression)
+
+# n = 50, k = 50, tau = 1e-3 (tests/test_accuracy.py's "near-ties" case, float32 values): 25
+# distinct values, the maximum three times. The old code summed the exclusive log-sum directly for
+# the argmax among tied maxima only, so that entry's 1 - s was rounded differently, took the other
+# branch of the q - s / c - p choice, and the tie split; later rounds multiplied the split by
+# z_i - min z ~ 4e6 and the row came back "ok" 0.31 off (naive float64 is exact here).
+NEAR_TIES_50 = [
+    1001103.375, 998800.4375, 1000648.125, 998800.4375, 1001103.375, 998443.9375, 999393.3125, 999393.3125,
+    997894.6875, 1000852.75, 998692.75, 998692.75, 999450.125, 1000852.75, 999269.4375, 1001988.8125,
+    1000012.8125, 999710.9375, 1000475.5625, 999930.4375, 998942.3125, 999450.125, 1000200.75, 1001576.9375,
+    1000322.625, 1000475.5625, 1001988.8125, 999798.75, 999972.0625, 1001988.8125, 1001722.125, 1000118.5625,
+    1000609.5625, 999930.4375, 999269.4375, 1000118.5625, 999710.9375, 1000322.625, 1000718.375, 999798.75,
+    1001576.9375, 998942.3125, 1000012.8125, 1000200.75, 998443.9375, 1000648.125, 1000718.375, 1001722.125,
+    999972.0625, 1000609.5625,
+]
+
+
+def _groups(x: list[float]) -> list[list[int]]:
+    return [[i for i, v in enumerate(x) if v == u] for u in sorted(set(x))]
+
+
+@pytest.mark.parametrize(
+    ("x", "k", "tau"),
+    [
+        ([4e6, 4e6, 4e6, 0.0], 4, 1.0),  # minimal repro: the old code returned (1.25, 1.25, 0.25, 0.25), "ok"
+        ([3.0, 3.0, 3.0, 2.0, 2.0, 0.0], 6, 1e-3),  # two tied groups (a pair tied at the max in round 3)
+        ([3.0, 3.0, 3.0, 0.0], 4, 1e-3),  # old: 4.5e-8 off, "ok"
+        (NEAR_TIES_50, 50, 1e-3),
+    ],
+)
+def test_exact_ties_stay_tied_and_no_wrong_row_is_ok(x: list[float], k: int, tau: float) -> None:
+    z = np.asarray(_z(x, tau))
+    fwd = seq.iterative_topk(z[None], k)
+    for g in _groups(x):  # bitwise: exact ties are tied in every round of exact arithmetic
+        assert len(set(fwd.p[0, g].tolist())) == 1 and len(set(fwd.q[0, g].tolist())) == 1, g
+    p_ref, _ = ref("iterative", x, k, tau, relative=False)
+    r = st.evaluate(x, k, "iterative", tau=tau)
+    assert r.status.tolist() in ("ok", "ill-conditioned")
+    if r.ok:
+        np.testing.assert_allclose(r.weights, p_ref, rtol=0, atol=TOL)
+    else:  # refused: the error model saw the amplification of the u |logsumexp| rounding of s
+        assert np.abs(_raw("iterative", [v / tau for v in x], k) - p_ref).max() > TOL / 30
+
+
+def test_a_split_tie_is_flagged_not_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+    # reinstate the old asymmetric exclusive sum (argmax summed directly): the tie-split floor of
+    # the estimate must refuse the row the error model alone returned as "ok"
+    from topk_cli.operators._logspace import logsumexp_exclusive
+
+    def asymmetric(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dom = np.zeros(a.shape, dtype=bool)
+        np.put_along_axis(dom, np.argmax(a, axis=-1)[:, None], True, axis=-1)
+        return logsumexp_exclusive(a), dom
+
+    monkeypatch.setattr(seq, "_lse_exclusive_symmetric", asymmetric)
+    r = st.evaluate([4e6, 4e6, 4e6, 0.0], 4, "iterative")
+    assert r.status.tolist() == "ill-conditioned" and np.isnan(r.weights).all()
+    (failure,) = r.failures
+    assert failure.value is not None and failure.value > 0.1

@@ -56,6 +56,7 @@ NaN. For ``iterative`` the derivative w.r.t. ``min z`` is taken through the firs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -144,6 +145,8 @@ def _failed(
 #: Rows whose estimated absolute error of ``p`` exceeds this get code ``"ill-conditioned"`` (their
 #: weights are NaN) instead of being returned as "ok". It is the stability probe's default tolerance.
 ILL_CONDITIONED_TOLERANCE = 1e-9
+#: log of the relative size below which a cancelled difference is pure rounding noise (64 ulps)
+_LOG_NOISE = math.log(64 * np.finfo(np.float64).eps)
 
 _UNIT = float(np.finfo(np.float64).eps) / 2  # unit roundoff of float64
 _SQRT2_UNIT = float(np.sqrt(2.0)) * _UNIT
@@ -245,15 +248,22 @@ class _RoundingErrors:
         self.crossed = np.where((self.crossed < 0) & (est > ILL_CONDITIONED_TOLERANCE), t + 1, self.crossed)
         self.estimate = est
 
-    def report(self, fwd: Forward, z: FloatArray, method: str, explain: Callable[[int], str]) -> None:
+    def report(
+        self, fwd: Forward, z: FloatArray, method: str, explain: Callable[[int], str], floor: FloatArray | None = None,
+    ) -> None:
         """Mark the rows whose final estimate exceeds the tolerance ``"ill-conditioned"``.
 
         The public API averages ``p`` over exactly tied entries, which removes the part of the
-        error that differs between them: the final estimate is of the averaged ``p``.
+        error that differs between them: the final estimate is of the averaged ``p``. ``floor``
+        (per row) is a measured lower bound on the error the model cannot see (the split of exact
+        ties, see :func:`_tie_split`); the estimate is at least that.
         """
         dp = _average_ties(z, self.dp)
         if dp is not self.dp:
             self.estimate = _estimate(dp)
+        if floor is not None:
+            self.estimate = np.maximum(self.estimate, floor)
+            self.crossed = np.where((self.crossed < 0) & (floor > ILL_CONDITIONED_TOLERANCE), self.worst, self.crossed)
         bad = self.estimate > ILL_CONDITIONED_TOLERANCE
         fwd.aux["error_estimate"] = self.estimate
         if not bad.any():
@@ -357,6 +367,22 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
         ppos, pneg = _parts(sp, lpe)
         vpos, vneg = np.logaddexp(xpos, pneg), np.logaddexp(xneg, ppos)
         v_sign, lv = _log_diff(vpos, vneg)  # V_i = S - e^{z_i} = sum_{j != i} u_j - p_i e^{z_i}
+        # V_i is a difference of positive sums; where it cancels to rounding noise (or to exactly 0)
+        # before the last round, float64 has dropped the small terms that keep 1 - p_i away from 0,
+        # and the next rounds multiply that noise by e^{z_i} / S (tied maxima at small tau:
+        # x = 1,1,0, k = 3, tau = 0.01 would return 1,1,1 instead of 1.3,1.3,0.4). Exactly 0 is right
+        # only at the last round (all-equal entries saturating together), so that round is exempt.
+        with np.errstate(invalid="ignore"):  # -inf - -inf on masked entries: excluded below
+            noise = (lv - np.logaddexp(vpos, vneg)) < _LOG_NOISE
+        lost = (noise & (sq != 0) & ~masked).any(axis=-1) if t < k - 1 else np.zeros(bsz, bool)
+        if lost.any():
+            sentence = (
+                f"weighted-softmax: round {t + 1}: S - e^{{z_i}} = sum_{{j != i}} (1 - p_j) e^{{z_j}} - p_i e^{{z_i}} "
+                "cancelled to float64 rounding noise, losing the small terms that keep 1 - p_i > 0 for the "
+                "rounds left (typically tied maxima at small tau); the operator is ill-conditioned at this "
+                "input in float64 (use a larger tau or a threshold method)"
+            )
+            _failed(fwd, "ill-conditioned", lost, np.full(bsz, t + 1), sentence)
         l_step = (a - m) - log_s  # log|s_i|
         l_f = (lv - m) - log_s  # log|f_i|, f_i = 1 - e^{z_i}/S = q_new_i / q_i
         s_val = e / s_lin
@@ -555,10 +581,7 @@ def iterative_topk(z: FloatArray, k: int) -> Forward:
     d_live = np.where(masked, 0.0, d)
     for t in range(k):
         y = z if t == 0 else np.where(masked, _NEG_INF, q * d)
-        total = logsumexp(y)[:, None]
-        s = np.exp(y - total)
-        lc = logsumexp_exclusive(y)
-        c = np.exp(lc - total)  # 1 - s without cancellation
+        s, c, local = _it_softmax(y, masked)
         s_steps.append(s)
         c_steps.append(c)
         q_steps.append(q)
@@ -566,8 +589,7 @@ def iterative_topk(z: FloatArray, k: int) -> Forward:
         direct = np.abs(q) + s <= c + np.abs(p)
         q = np.where(direct, q - s, c - p)
         p = p + s
-        y_live = np.where(masked, 0.0, y)
-        err.iterative_round(t, d_live, s, c, _it_local_errors(y_live, total, lc, s, c, masked), direct, p, q)
+        err.iterative_round(t, d_live, s, c, local, direct, p, q)
         slope = s * c * d_live  # d s_i / d q_i
         err.close_round(t, {"slope": np.max(slope, axis=-1), "entry": np.argmax(slope, axis=-1).astype(np.float64)})
     fwd = Forward(p=np.where(masked, 0.0, p), q=np.where(masked, 1.0, q))
@@ -579,22 +601,71 @@ def iterative_topk(z: FloatArray, k: int) -> Forward:
     err.report(fwd, z, "iterative", lambda b: (
         f"the round's slope d s_i / d(1 - p_i) = s_i (1 - s_i) (z_i - min z) reached {err.cause['slope'][b]:.3g} "
         f"(entry {int(err.cause['entry'][b])})"
-    ))
+    ), floor=_tie_split(z, np.where(masked, 0.0, p), np.where(masked, 1.0, q)))
     return fwd
 
 
+def _lse_exclusive_symmetric(a: FloatArray) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """``log sum_{j != i} e^{a_j}`` along the last axis, and the entries summed directly.
+
+    Like :func:`~topk_cli.operators._logspace.logsumexp_exclusive` (``total + log1p(-ratio)``),
+    but the exclusive sum is summed directly only for an entry holding more than 3/4 of the total
+    (there the subtraction would cancel), never for the argmax as such. At most one entry can hold
+    that much, even after rounding, so it is never one of tied entries: exactly equal ``a_i`` get bitwise equal
+    results. (Picking the argmax among tied maxima gave that one entry a differently rounded
+    ``1 - s``, which split exact ties; see :func:`_it_softmax`.)
+    """
+    total = logsumexp(a)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):  # -inf entries and empty rows
+        ratio = np.exp(a - np.where(np.isfinite(total), total, 0.0))
+        out = total + np.log1p(-np.minimum(ratio, 1.0))
+    # 3/4, not 1/2: two tied maxima each hold half of the total, and the rounded ratio can exceed
+    # 1/2 for both; above 3/4 only one entry fits, by a wide margin (below it, log1p(-ratio) is
+    # conditioned by at most 4)
+    dom = ratio > 0.75
+    rest = logsumexp(np.where(dom, _NEG_INF, a))[..., None]
+    out = np.where(dom, rest, out)
+    return np.where(np.isfinite(total), out, _NEG_INF), dom & np.isfinite(total)
+
+
+def _it_softmax(
+    y: FloatArray, masked: NDArray[np.bool_]
+) -> tuple[FloatArray, FloatArray, tuple[FloatArray, FloatArray, FloatArray, FloatArray]]:
+    """``s = softmax(y) = exp(y - T)`` and ``c = 1 - s = exp(lc - T)`` without cancellation
+    (``T = logsumexp(y)``, ``lc`` the exclusive log-sum), with their local rounding errors.
+
+    Exactly equal ``y`` give bitwise equal ``s`` and ``c``, hence equal ``p``, ``q`` and next
+    ``y``: every operation is elementwise or row-wide, and the exclusive sum is summed directly
+    only for an entry holding more than 3/4 of the total, which is never tied. This matters:
+    tied entries stay tied in exact arithmetic, and the old choice of the argmax among tied maxima
+    for the direct sum gave that entry a ``1 - s`` rounded differently (by ``u |T|``, 1.5e-10 at
+    ``y ~ 3e6``), then the other branch of the ``q - s`` / ``c - p`` choice; the split, multiplied
+    by ``z_i - min z`` in later rounds, grew into O(1) errors (``x = (4e6, 4e6, 4e6, 0)``,
+    ``k = 4``: 0.25) that the error model, which gives tied entries equal rounding errors, could
+    not see.
+    """
+    total = logsumexp(y)[:, None]
+    s = np.exp(y - total)
+    lc, dom = _lse_exclusive_symmetric(y)
+    c = np.exp(lc - total)
+    y_live = np.where(masked, 0.0, y)
+    return s, c, _it_local_errors(y_live, total, lc, s, c, masked, dom)
+
+
 def _it_local_errors(
-    y: FloatArray, total: FloatArray, lc: FloatArray, s: FloatArray, c: FloatArray, masked: NDArray[np.bool_]
+    y: FloatArray, total: FloatArray, lc: FloatArray, s: FloatArray, c: FloatArray, masked: NDArray[np.bool_],
+    dom: NDArray[np.bool_],
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Rounding errors of ``s = exp(y - T)`` and ``c = exp(lc - T)``, ``T = logsumexp(y)``.
 
     Returns the relative errors of ``s`` and ``c`` of each entry, the error of ``T`` (common to
-    the row: it scales every ``s_i`` by ``1 - dT``) and the row's top entry (as 1.0). ``T = max
-    y + L`` is rounded by ``min(u |T|, L)`` (``L = -log s_top``, exact from ``c_top``);
-    ``lc_i = T + log(1 - s_i)`` by ``min(u |T|, |log(1 - s_i)|)``, so that ``c_i = 1 - s_i``
-    inherits the error of ``s_i`` but not ``dT`` itself, except for the top entry, whose
-    exclusive sum is summed directly around the second largest ``y``; each exponential adds
-    ``u (1 + |argument|)``.
+    the row: it scales every ``s_i`` by ``1 - dT``) and, as 1.0, the entry whose exclusive sum
+    was summed directly (``dom``: more than 3/4 of the total; none when the maximum is tied).
+    ``T = max y + L`` is rounded by ``min(u |T|, L)`` (``L = -log s_top``, exact from
+    ``c_top``); ``lc_i = T + log(1 - s_i)`` by ``min(u |T|, |log(1 - s_i)|)``, so that
+    ``c_i = 1 - s_i`` inherits the error of ``s_i`` but not ``dT`` itself, except for the ``dom``
+    entry, whose exclusive sum is summed directly around the second largest ``y``; each
+    exponential adds ``u (1 + |argument|)``.
     """
     y_max = np.where(masked, _NEG_INF, y)
     top = np.argmax(y_max, axis=-1)[:, None]
@@ -606,11 +677,23 @@ def _it_local_errors(
     err_lc = np.minimum(_UNIT * np.abs(total), l1p)
     np.put_along_axis(y_max, top, _NEG_INF, axis=-1)
     second = np.max(y_max, axis=-1, keepdims=True)
-    np.put_along_axis(err_lc, top, _rnd_log(np.take_along_axis(lc, top, axis=-1), second), axis=-1)
+    err_lc = np.where(dom, _rnd_log(lc, second), err_lc)
     err_c = _UNIT * (1.0 + np.abs(np.where(masked, 0.0, _finite(lc) - total))) + err_lc
-    is_top = np.zeros_like(s)
-    np.put_along_axis(is_top, top, 1.0, axis=-1)
-    return np.where(masked, 0.0, err_s), np.where(masked, 0.0, err_c), err_total, is_top
+    return np.where(masked, 0.0, err_s), np.where(masked, 0.0, err_c), err_total, dom.astype(np.float64)
+
+
+def _tie_split(z: FloatArray, p: FloatArray, q: FloatArray) -> FloatArray:
+    """Per row, the largest difference of ``p`` (or of ``q = 1 - p``) between exactly tied entries.
+
+    Exact ties stay tied in every round of exact arithmetic, so any difference is error, and the
+    error model cannot see it (it gives tied entries equal rounding errors, and the API averages
+    ``p`` over ties). :func:`_it_softmax` keeps ties bitwise equal, so this is 0; it guards that
+    property (a split that later rounds amplified cannot be hidden by the final averaging).
+    """
+    pq = np.stack([p, q], axis=-1)
+    with np.errstate(invalid="ignore"):  # inf - inf: reported as inf below
+        dev = np.abs(pq - _average_ties(z, pq)).max(axis=(1, 2))
+    return np.where(np.isnan(dev), np.inf, 2.0 * dev)
 
 
 def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
