@@ -386,7 +386,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             grad_reference,
         ),
         aliases=(
-            Alias("simple", "SIMPLE's exact k-subset marginals (Ahmed et al. 2023, 'SIMPLE: a gradient estimator for k-subset sampling')"),
+            Alias("simple", "SIMPLE's exact k-subset marginals (Ahmed, Zeng, Niepert & Van den Broeck, ICLR 2023, 'SIMPLE: a gradient estimator for k-subset sampling')"),
         ),
     ),
     MethodSpec(
@@ -462,7 +462,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         capabilities=Capabilities(potential=regularised_max(laplace_regulariser)),
         probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="closed form"), threshold_bisection(f_laplace)),
         aliases=(
-            Alias("lapsum", "LapSum top-k (Struski et al., ICML 2025, 'LapSum: one method to differentiate them all')"),
+            Alias("lapsum", "LapSum top-k (Struski, Bednarczyk, Podolak & Tabor, ICML 2025, 'LapSum - one method to differentiate them all: ranking, sorting and top-k selection')"),
         ),
     ),
 )

@@ -18,8 +18,10 @@ the method on a prepared ``(B, n)`` batch ``z`` (see ``_base``) and returns ``Ph
   where possible, so that ``Phi`` of a k-hot selection is the hard top-k sum (Blondel, Martins &
   Niculae 2020, Fenchel-Young losses). Its gradient is ``p`` (Danskin's theorem):
   ``r(p) = p log p`` (``thre-exp``: entropy), ``p log p + (1-p) log(1-p)`` (``thre-sigmoid``:
-  binary entropy), ``m log(2m) - m`` with ``m = min(p, 1-p)`` (``thre-laplace``), 0 (``hard``:
-  ``Phi`` is the hard top-k sum itself).
+  binary entropy), ``m log(2m) - m`` with ``m = min(p, 1-p)`` (``thre-laplace``),
+  ``(p^2 - p)/2`` (``clip(z - lambda, 0, 1)``), ``(3/4)(p^{4/3} - p)`` (its cube), 0 (``hard``:
+  ``Phi`` is the hard top-k sum itself). A term linear in ``p`` only shifts ``Phi`` by a constant
+  (``sum p = k``); it is chosen so that ``r(0) = r(1) = 0``.
 """
 
 from __future__ import annotations
@@ -72,6 +74,16 @@ def laplace_regulariser(p: FloatArray, q: FloatArray) -> FloatArray:
     """``m log(2m) - m``, ``m = min(p, q)`` (thre-laplace: its derivative is the Laplace quantile)."""
     m = np.minimum(p, q)
     return _xlogx(2.0 * m) / 2.0 - m
+
+
+def clip_regulariser(p: FloatArray, q: FloatArray) -> FloatArray:
+    """``(p^2 - p) / 2`` (``p = clip(z - lambda, 0, 1)``: Euclidean projection onto the capped simplex)."""
+    return -0.5 * p * q
+
+
+def cube_regulariser(p: FloatArray, q: FloatArray) -> FloatArray:
+    """``(3/4)(p^{4/3} - p)`` (``p = clip(z - lambda, 0, 1)^3``: its derivative is ``p^{1/3}`` up to a constant)."""
+    return 0.75 * (np.cbrt(p) * p - p)
 
 
 def no_regulariser(p: FloatArray, q: FloatArray) -> FloatArray:

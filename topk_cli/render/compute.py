@@ -22,7 +22,7 @@ from rich.text import Text
 
 from topk_cli.comparison import BOUNDARY_WARNING_DIGITS, ComputeReport, MethodRun, row_title
 from topk_cli.errors import InvalidArgumentError
-from topk_cli.registry import METHODS
+from topk_cli.registry import ALIASES, METHODS
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
 #: Tables show at most this many vectors (blocks) and entries per vector.
@@ -352,9 +352,21 @@ def methods_document() -> dict[str, Any]:
                 "guarantees": spec.guarantees.as_dict(),
                 "reference": spec.reference,
                 "notes": spec.notes,
+                "evaluation": spec.capabilities.evaluation.value,
+                "jacobian_available": spec.capabilities.jacobian,
+                "potential": spec.capabilities.potential is not None,
+                "aliases": [{"name": a.name, "reference": a.reference} for a in spec.aliases],
+                "parameters": [
+                    {"name": p.name, "option": p.option, "type": p.kind.__name__, "default": p.default,
+                     "minimum": p.minimum, "maximum": p.maximum, "help": p.help}
+                    for p in spec.parameters
+                ],
+                "failure_codes": [{"code": f.code, "meaning": f.meaning} for f in spec.failures],
+                "probe_reference": spec.probe.description,
             }
             for spec in METHODS.values()
-        ]
+        ],
+        "aliases": dict(ALIASES),
     }
 
 
@@ -365,8 +377,13 @@ def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
         return render_json(doc)
     properties = list(doc["methods"][0]["guarantees"])
     if fmt is OutputFormat.csv:
-        columns = ["name", "family", "smoothness", "sparse", *properties, "summary", "reference", "notes"]
-        rows = [{**m, **m["guarantees"]} for m in doc["methods"]]
+        columns = ["name", "family", "smoothness", "sparse", *properties, "evaluation", "aliases", "parameters",
+                   "summary", "reference", "notes"]
+        rows = [
+            {**m, **m["guarantees"], "aliases": " ".join(a["name"] for a in m["aliases"]),
+             "parameters": " ".join(f"{p['name']}={p['default']}" for p in m["parameters"])}
+            for m in doc["methods"]
+        ]
         return render_csv(rows, columns)
     overview = Table(title="Methods (softtopk compute -m NAME)", title_justify="left", header_style="bold")
     for name in ("method", "family", "smoothness", "summary"):
@@ -382,9 +399,20 @@ def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
     sources.add_column("method")
     sources.add_column("reference and notes", overflow="fold")
     for m in doc["methods"]:
-        overview.add_row(m["name"], m["family"], m["smoothness"], m["summary"])
+        extras = []
+        if m["evaluation"] != "exact":
+            extras.append(f"({m['evaluation']})")
+        if m["parameters"]:
+            extras.append("options: " + ", ".join(f"{p['option']} (default {p['default']})" for p in m["parameters"]))
+        summary = " ".join([m["summary"], *extras])
+        overview.add_row(m["name"], m["family"], m["smoothness"], summary)
         claims.add_row(m["name"], *("yes" if m["guarantees"][p] else "no" for p in properties))
-        sources.add_row(m["name"], m["reference"] + (f"\nNote: {m['notes']}" if m["notes"] else ""))
+        text = m["reference"]
+        for alias in m["aliases"]:
+            text += f"\nAlso known as {alias['name']!r} (-m {alias['name']}): {alias['reference']}"
+        if m["notes"]:
+            text += f"\nNote: {m['notes']}"
+        sources.add_row(m["name"], text)
     return _tidy(renderables_to_text([overview, claims, sources], color=color, width=200), color)
 
 
