@@ -10,10 +10,12 @@ import pytest
 import topk_cli as st
 from topk_cli.analysis.probe import (
     DEFAULT_METHODS,
+    MAX_PROBE_BYTES,
     _order_violations,
     draw_scores,
     grad_recursive_outlook,
     parse_scales,
+    probe_memory,
     resolve_k,
     stability_probe,
 )
@@ -284,3 +286,43 @@ def test_k_close_to_n_breaks_at_tiny_spread_and_is_predicted():
     d = report.cells[0].detection
     assert d.broken == 3 and d.predicted == 3
     assert d.saturation_predicted == 0 and d.min_complement > 0.05
+
+
+# ---- arguments found by fuzzing: refused with one clear message, never a bare ValueError ----
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(ns=[float("nan")]), "n must be positive integers"),
+        (dict(seed=-1), "seed must be an integer >= 0"),
+        (dict(seed=1.5), "seed must be an integer >= 0"),
+        (dict(tau="1"), "tau must be a finite number"),
+        (dict(offset=None), "offset must be a finite number"),
+        (dict(tolerance="x"), "tolerance must be a finite number"),
+        (dict(methods=None), "methods must be a list"),
+        (dict(scales=["1"]), "scales must be finite numbers"),
+    ],
+)
+def test_bad_probe_arguments_are_invalid_argument_errors(kwargs, match):
+    base = dict(methods=["thre-exp"], ns=[5], ks=[2], scales=[1.0], trials=2)
+    with pytest.raises(InvalidArgumentError, match=match):
+        stability_probe(**(base | kwargs))
+
+
+def test_a_grid_too_large_for_memory_is_refused_with_its_size():
+    # the recursion's outlook needs (2k, trials, k, k) terms: ~40 GiB at n = 1000, k = 500, 20 trials
+    with pytest.raises(InvalidArgumentError, match=r"n=1000, k up to 500 and 20 trials need about \d+(\.\d+)? GiB"):
+        stability_probe(methods=["grad-recursive"], ns=[1000], ks=["0.5n"], scales=[1.0], trials=20)
+    with pytest.raises(InvalidArgumentError, match="GiB"):
+        stability_probe(methods=["thre-exp"], ns=[5], ks=[2], scales=[1.0], trials=10**9)
+    assert probe_memory(["grad", "thre-exp"], 1000, 50, 20) < MAX_PROBE_BYTES  # the default grid fits
+
+
+def test_probe_overflowing_draws_are_refused_without_warnings():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InvalidArgumentError, match="overflows float64"):
+            stability_probe(methods=["thre-exp"], ns=[4], ks=[2], scales=[1e308], trials=2, offset=1e308)

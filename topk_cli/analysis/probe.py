@@ -393,6 +393,45 @@ def _detect(spec: MethodSpec, z: FloatArray, k: int, ctx: ReferenceContext) -> R
 # the probe
 
 
+#: Largest working memory the probe will allocate for one (n, scale) unit of its grid, in bytes.
+MAX_PROBE_BYTES = 2 * 1024**3
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def probe_memory(names: Sequence[str], n: int, kmax: int, trials: int) -> int:
+    """Bytes the probe itself holds for one (n, scale) unit: draws, the log-space tables of the
+    GradTopK reference (two ``(n + 1, trials, kmax + 1)`` extended-precision tables, when a
+    selected method uses them) and a stability model's outlook (``(2k, trials, k, k)`` terms).
+    Methods need their own working memory on top (for the sequential ones ~ ``trials k n``)."""
+    total = 6 * trials * n * 8  # draws, x, z, weights, reference, differences
+    specs = [get_method(name) for name in names]
+    if any(spec.probe.compute is not None or spec.stability is not None for spec in specs):
+        total += 2 * (n + 1) * trials * (kmax + 1) * 16
+    if any(spec.stability is not None for spec in specs):
+        total += 2 * min(n, 2 * kmax) * trials * kmax * kmax * 8
+    return total
+
+
+def _check_memory(names: Sequence[str], grid: Mapping[int, Sequence[int]], trials: int) -> None:
+    for n, ks in grid.items():
+        if not ks:
+            continue
+        need = probe_memory(names, n, max(ks), trials)
+        if need > MAX_PROBE_BYTES:
+            raise InvalidArgumentError(
+                f"the grid is too large: n={n}, k up to {max(ks)} and {trials} trials need about "
+                f"{need / 1024**3:.3g} GiB for the probe's references, more than its "
+                f"{MAX_PROBE_BYTES / 1024**3:.0f} GiB limit; use fewer trials or smaller n or k"
+            )
+
+
 def _first(scales: Sequence[float], counts: Sequence[int]) -> float | None:
     return next((s for s, c in zip(scales, counts, strict=True) if c > 0), None)
 
@@ -431,20 +470,25 @@ def stability_probe(
     >>> b.first_failing_scale, b.first_breaking_scale, b.predicted_scale
     (100.0, 100.0, 100.0)
     """
+    if methods is None or isinstance(methods, str):
+        raise InvalidArgumentError(f"methods must be a list of method names, got {methods!r}")
     names = tuple(dict.fromkeys(get_method(m).name for m in methods))
     if not names:
         raise InvalidArgumentError("methods must name at least one method")
-    if not ns or any(isinstance(n, bool) or int(n) != n or n < 1 for n in ns):
+    if not ns or not all(_is_int(n) and n >= 1 for n in ns):
         raise InvalidArgumentError(f"n must be positive integers, got {list(ns)}")
-    if isinstance(trials, bool) or int(trials) != trials or trials < 1:
+    if not _is_int(trials) or trials < 1:
         raise InvalidArgumentError(f"trials must be an integer >= 1, got {trials!r}")
-    if not scales or not all(math.isfinite(float(s)) and float(s) > 0 for s in scales):
-        raise InvalidArgumentError(f"scales must be finite and > 0, got {list(scales)}")
-    if not (math.isfinite(tolerance) and tolerance > 0):
+    if not _is_int(seed) or seed < 0:
+        raise InvalidArgumentError(f"seed must be an integer >= 0, got {seed!r}")
+    scales = list(scales)
+    if not scales or not all(_is_real(s) and math.isfinite(s) and s > 0 for s in scales):
+        raise InvalidArgumentError(f"scales must be finite numbers > 0, got {scales}")
+    if not (_is_real(tolerance) and math.isfinite(tolerance) and tolerance > 0):
         raise InvalidArgumentError(f"tolerance must be a finite number > 0, got {tolerance!r}")
-    if not math.isfinite(offset):
-        raise InvalidArgumentError(f"offset must be finite, got {offset!r}")
-    if not (math.isfinite(tau) and tau > 0):
+    if not (_is_real(offset) and math.isfinite(offset)):
+        raise InvalidArgumentError(f"offset must be a finite number, got {offset!r}")
+    if not (_is_real(tau) and math.isfinite(tau) and tau > 0):
         raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
     n_list = tuple(dict.fromkeys(int(n) for n in ns))
     k_specs = tuple(str(k) for k in ks)
@@ -454,6 +498,7 @@ def stability_probe(
     grid = {n: sorted({k for k in (resolve_k(spec, n) for spec in k_specs) if k is not None}) for n in n_list}
     if not any(grid.values()):
         raise InvalidArgumentError(f"no cell on the grid: every k in {list(k_specs)} exceeds every n in {list(n_list)}")
+    _check_memory(names, grid, int(trials))
     total = sum(len(scale_list) for n in n_list if grid[n])
     done = 0
     found: dict[tuple[str, int, int, float], CellResult] = {}
@@ -462,7 +507,8 @@ def stability_probe(
             continue
         draws = draw_scores(n, trials, dist=dist, seed=seed)
         for scale in scale_list:
-            x = offset + scale * draws
+            with np.errstate(over="ignore"):  # an overflow is refused just below
+                x = offset + scale * draws
             if not np.isfinite(x).all():
                 raise InvalidArgumentError(f"offset + scale * draw overflows float64 (scale={scale:g})")
             z = scaled_scores(x, 1, tau=tau)
@@ -471,8 +517,14 @@ def stability_probe(
             for k in grid[n]:
                 for method in names:
                     spec = get_method(method)
-                    batch = _classify(spec, x, z, k, tau, tolerance, ctx)
-                    detection = _detect(spec, z, k, ctx)
+                    try:
+                        batch = _classify(spec, x, z, k, tau, tolerance, ctx)
+                        detection = _detect(spec, z, k, ctx)
+                    except MemoryError as exc:  # the estimate above covers the probe, not every method
+                        raise InvalidArgumentError(
+                            f"the cell n={n}, k={k} with {trials} trials needs more memory than is available "
+                            f"for method {method!r} ({exc}); use fewer trials or smaller n or k"
+                        ) from None
                     found[(method, n, k, scale)] = CellResult(
                         method=method, n=n, k=k, scale=scale, trials=trials,
                         failures=int(batch.failed.sum()),
