@@ -244,3 +244,112 @@ def test_failure_codes_reported_are_declared() -> None:
                 assert spec.failure_meaning(failure.code), f"{spec.name}: undeclared code {failure.code!r}"
     assert METHODS["grad-recursive"].failure_meaning("log0")
     assert METHODS["grad"].failure_meaning("log0") is None
+
+
+# ---- Monte-Carlo methods are judged within their standard errors ----------------------------
+
+
+def _noisy_forward(z: np.ndarray, k: int, *, noise: float = 0.0, seed: int = 0) -> Forward:
+    """thre-sigmoid plus a fixed perturbation of size ``noise`` that keeps the sum, stderr 1e-3."""
+    fwd = METHODS["thre-sigmoid"].implementation.forward(z, k)
+    bump = np.zeros_like(fwd.p)
+    order = np.argsort(-z, axis=-1)
+    rows = np.arange(z.shape[0])
+    bump[rows, order[:, -1]] += noise  # the smallest score gains, the largest loses
+    bump[rows, order[:, 0]] -= noise
+    p = fwd.p + bump
+    return Forward(p=p, q=fwd.q - bump, aux={**fwd.aux, "stderr": np.full_like(p, 1e-3)})
+
+
+def _noisy_spec() -> MethodSpec:
+    return dataclasses.replace(
+        METHODS["thre-sigmoid"], name="noisy", aliases=(),
+        implementation=dataclasses.replace(METHODS["thre-sigmoid"].implementation, forward=_noisy_forward),
+        capabilities=Capabilities(evaluation=Evaluation.MONTE_CARLO),
+        parameters=(ParamSpec("noise", float, 0.0, "perturbation"), ParamSpec("seed", int, 0, "seed", minimum=0)),
+    )
+
+
+def test_verify_properties_judges_monte_carlo_within_standard_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from topk_cli.properties import Case, check_monotone_weak
+
+    spec = _noisy_spec()
+    monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, spec.name: spec}))
+    cases = [Case((0.0, 0.0005, 2.0, 3.0), 2)]  # 0 < 0.0005: p differ by ~1e-4 only
+    # an order flip of 2e-3 (2 standard errors) is within the estimate's noise: not a violation
+    within = dataclasses.replace(spec, parameters=(ParamSpec("noise", float, 2e-3, "p"), spec.parameters[1]))
+    monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, "noisy": within}))
+    result = check_monotone_weak("noisy", cases)
+    assert result.holds is True and result.within_stderr == registry.MONTE_CARLO_STDERRS
+    # 20 standard errors is not noise: a violation
+    beyond = dataclasses.replace(spec, parameters=(ParamSpec("noise", float, 2e-2, "p"), spec.parameters[1]))
+    monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, "noisy": beyond}))
+    assert check_monotone_weak("noisy", cases).holds is False
+    # the same deviation on an exact method is a violation at 1e-12
+    exact = dataclasses.replace(within, capabilities=Capabilities())
+    monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, "noisy": exact}))
+    r = check_monotone_weak("noisy", cases)
+    assert r.holds is False and r.within_stderr is None
+
+
+# ---- the CLI derives from the registry -------------------------------------------------------
+
+
+def _cli(*args: str):  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from topk_cli.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_cli_accepts_aliases_and_suggests_names() -> None:
+    import json
+
+    doc = json.loads(_cli("compute", "-m", "lapsum", "-m", "simple", "-k", "1", "--values", "1,2", "--format", "json").stdout)
+    assert [r["method"] for r in doc["results"]] == ["thre-laplace", "grad"]
+    r = _cli("compute", "-m", "thre_sigmoid", "-k", "1", "--values", "1,2")
+    assert r.exit_code == 2 and "did you mean 'thre-sigmoid'?" in r.stderr and "Traceback" not in r.stderr
+    listing = json.loads(_cli("methods", "--format", "json").stdout)
+    assert listing["aliases"] == dict(ALIASES)
+    by_name = {m["name"]: m for m in listing["methods"]}
+    assert [a["name"] for a in by_name["thre-laplace"]["aliases"]] == ["lapsum"]
+    assert by_name["grad-recursive"]["failure_codes"] and by_name["grad"]["evaluation"] == "exact"
+
+
+def test_cli_compute_sum_adds_the_soft_sum_and_the_potential() -> None:
+    import json
+
+    doc = json.loads(_cli("compute", "-m", "grad", "-m", "iterative", "-k", "2", "--sum", "--values", "3,1,2,0;1,1,1,1",
+                          "--format", "json").stdout)
+    grad, iterative = doc["results"]
+    x = np.array([[3, 1, 2, 0], [1, 1, 1, 1]], dtype=float)
+    value, potential = st.soft_topk_sum(x, 2, "grad")
+    assert grad["topk_sum"] == value.tolist() and grad["potential"] == potential.tolist()
+    assert iterative["potential"] is None and len(iterative["topk_sum"]) == 2
+    csv_text = _cli("compute", "-m", "grad", "-k", "2", "--sum", "--values", "3,1,2,0", "--format", "csv").stdout
+    assert csv_text.splitlines()[0].endswith(",topk_sum,potential")
+    table = _cli("compute", "-m", "grad", "-k", "2", "--sum", "--values", "3,1,2,0").stdout
+    assert "sum p*x" in table and "potential" in table
+    assert "topk_sum" not in _cli("compute", "-m", "grad", "-k", "2", "--values", "3,1,2", "--format", "json").stdout
+
+
+def test_cli_parameters_go_to_the_methods_that_take_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import topk_cli.comparison as comparison
+
+    r = _cli("compute", "-m", "grad", "-k", "1", "--values", "1,2", "--samples", "10")
+    assert r.exit_code == 2 and "--samples applies to no method" in r.stderr
+    spec = _toy_spec()
+    monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, spec.name: spec}))
+    monkeypatch.setattr(comparison, "METHODS", registry.METHODS)
+    monkeypatch.setattr("topk_cli.cli.METHODS", registry.METHODS)
+    monkeypatch.setattr("topk_cli.render.compute.METHODS", registry.METHODS)
+    doc = json.loads(_cli("compute", "-m", "toy-clip", "-m", "grad", "-k", "2", "--seed", "3", "--values", "1,2,0.5",
+                          "--format", "json").stdout)
+    toy, grad = doc["results"]
+    assert toy["parameters"] == {"power": 1, "seed": 3} and "parameters" not in grad
+    assert len(toy["stderr"]) == 1 and "stderr" not in grad
+    r = _cli("compute", "-m", "grad", "-k", "2", "--seed", "3", "--values", "1,2,0.5")
+    assert r.exit_code == 2 and "--seed applies to toy-clip, and no selected method takes it" in r.stderr
