@@ -8,11 +8,12 @@ the method on a prepared ``(B, n)`` batch ``z`` (see ``_base``) and returns ``Ph
 (``tau * Phi(z) + k * max x``, since every ``p`` sums to ``k``).
 
 * GradTopK: ``Phi(z) = log e_k(e^z)`` (Su 2024), computed from ``grad``'s own program by
-  deflation: removing entry ``i`` gives ``e_k(w without i) = e_k(w) (1 - p_i)``, so removing the
-  ``m - k`` smallest entries one at a time (``m`` unmasked entries) leaves the ``k`` largest,
-  whose ``e_k`` is ``exp(sum z)``: ``log e_k(e^z) = sum of the k largest z - sum log(1 - p_i)``,
-  each ``1 - p_i`` being the accurate complement of the program. Cost: ``m - k`` forward passes
-  on shrinking sets, O(n^2 min(k, n - k)) per row.
+  deflation (``m`` unmasked entries): ``e_k(w) = e_k(w without i) + w_i e_{k-1}(w without i)``
+  and ``p_i = w_i e_{k-1}(w without i) / e_k(w)``, so removing the largest entry gives
+  ``log e_k(w) = z_i - log p_i + log e_{k-1}(w without i)`` (k steps down to ``e_0 = 1``) and
+  removing the smallest gives ``log e_k(w) = log e_k(w without i) - log(1 - p_i)`` (``m - k``
+  steps down to the k largest, whose ``e_k`` is ``exp(sum z)``). The shorter way is taken:
+  ``min(k, m - k)`` forward passes over the whole batch, O(n min(k, n - k)^2) per row.
 * threshold operators ``p = f(z - lambda)``: the regularised maximum over the capped simplex
   ``Phi(z) = max_{p in D(n,k)} <p, z> - sum_i r(p_i)`` with ``r' = f^{-1}`` and ``r(0) = r(1) = 0``
   where possible, so that ``Phi`` of a k-hot selection is the hard top-k sum (Blondel, Martins &
@@ -95,20 +96,38 @@ def log_esp(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     """``log e_k(e^z)`` per row, by deflation through ``grad``'s program (see the module docstring)."""
     rows = z.shape[0]
     out = np.empty(rows)
-    for b in range(rows):
-        row = z[b]
-        finite = np.flatnonzero(np.isfinite(row))
-        order = finite[np.argsort(row[finite], kind="stable")]  # increasing: smallest removed first
-        steps = order.size - k
-        top = float(np.sum(row[order[steps:]]))
-        if steps == 0:
-            out[b] = top
-            continue
-        batch = np.tile(row, (steps, 1))
-        for s in range(1, steps):  # step s has removed the s smallest entries
-            batch[s:, order[s - 1]] = -np.inf
-        batch -= np.max(batch, axis=-1, keepdims=True)  # the program's input has max 0
-        q = GRAD.forward(batch, k).q
-        removed = q[np.arange(steps), order[:steps]]
-        out[b] = top - float(np.sum(np.log(removed)))
+    m = np.isfinite(z).sum(axis=-1)
+    for size in np.unique(m):  # rows with the same number of unmasked entries deflate together
+        idx = np.flatnonzero(m == size)
+        out[idx] = _deflate(z[idx], k, int(size))
     return out
+
+
+def _deflate(z: FloatArray, k: int, m: int) -> FloatArray:
+    """``log e_k(e^z)`` of rows with ``m`` unmasked entries each, in ``min(k, m - k)`` forward passes.
+
+    ``k <= m - k``: remove the largest entry ``i`` and lower k, since
+    ``e_k(w) = w_i e_{k-1}(w without i) / p_i``; otherwise remove the smallest entry at fixed k,
+    since ``e_k(w) = e_k(w without i) / (1 - p_i)``. The removed entry's factor is the larger of
+    ``p_i`` and ``1 - p_i`` (at least ``1 - k/m`` or ``k/m``), and ``grad`` gives both to full
+    relative accuracy, so no step cancels.
+    """
+    cur = z.copy()
+    every = np.arange(z.shape[0])
+    total = np.zeros(z.shape[0])
+    if k <= m - k:
+        for kk in range(k, 0, -1):
+            i = np.argmax(cur, axis=-1)
+            top = cur[every, i]
+            fwd = GRAD.forward(cur - top[:, None], kk)
+            p, q = fwd.p[every, i], fwd.q[every, i]
+            total += top - np.where(p > 0.5, np.log1p(-q), np.log(p))
+            cur[every, i] = -np.inf
+        return total
+    for _ in range(m - k):
+        i = np.argmin(np.where(np.isfinite(cur), cur, np.inf), axis=-1)
+        fwd = GRAD.forward(cur - np.max(cur, axis=-1, keepdims=True), k)
+        q = fwd.q[every, i]
+        total -= np.log(q)  # q >= 1 - k/m: no cancellation
+        cur[every, i] = -np.inf
+    return total + np.sum(np.where(np.isfinite(cur), cur, 0.0), axis=-1)
