@@ -54,7 +54,9 @@ def suite() -> tuple[Case, ...]:
 @pytest.mark.parametrize("method", list(METHODS))
 def test_measured_smoothness_class_matches_the_claim(method: str, suite: tuple[Case, ...]) -> None:
     result = check_smooth(method, suite)
-    assert result.smoothness == METHODS[method].guarantees.smoothness, result.detail
+    # a Monte-Carlo estimate is not differentiated by finite differences: not measured
+    expected = None if METHODS[method].capabilities.monte_carlo else METHODS[method].guarantees.smoothness
+    assert result.smoothness == expected, result.detail
 
 
 def test_suite_is_deterministic_and_covers_the_adversarial_regimes() -> None:
