@@ -340,7 +340,7 @@ def test_cli_parameters_go_to_the_methods_that_take_them(monkeypatch: pytest.Mon
     import topk_cli.comparison as comparison
 
     r = _cli("compute", "-m", "grad", "-k", "1", "--values", "1,2", "--samples", "10")
-    assert r.exit_code == 2 and "--samples applies to no method" in r.stderr
+    assert r.exit_code == 2 and "--samples applies to " in r.stderr and "no selected method takes it" in r.stderr
     spec = _toy_spec()
     monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, spec.name: spec}))
     monkeypatch.setattr(comparison, "METHODS", registry.METHODS)
@@ -352,4 +352,4 @@ def test_cli_parameters_go_to_the_methods_that_take_them(monkeypatch: pytest.Mon
     assert toy["parameters"] == {"power": 1, "seed": 3} and "parameters" not in grad
     assert len(toy["stderr"]) == 1 and "stderr" not in grad
     r = _cli("compute", "-m", "grad", "-k", "2", "--seed", "3", "--values", "1,2,0.5")
-    assert r.exit_code == 2 and "--seed applies to toy-clip, and no selected method takes it" in r.stderr
+    assert r.exit_code == 2 and "toy-clip" in r.stderr and "no selected method takes it" in r.stderr
