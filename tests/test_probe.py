@@ -165,7 +165,8 @@ def test_bad_arguments_raise():
 
 
 def test_default_methods_are_registered():
-    assert set(DEFAULT_METHODS) == set(st.METHODS) - {"hard"}
+    assert set(DEFAULT_METHODS) == {s.name for s in st.METHODS.values() if s.capabilities.probe_default}
+    assert "hard" not in DEFAULT_METHODS and "grad-recursive" in DEFAULT_METHODS
 
 
 # ---- the references themselves, against oracles -----------------------------------------
@@ -187,14 +188,14 @@ def _enumerated_grad(z, k):
 def test_grad_reference_and_outlook_complements_match_enumeration():
     import mpmath as mp
 
-    from topk_cli.analysis.probe import _esp_tables, _grad_reference
+    from topk_cli.references import esp_tables, esp_weights
 
     mp.mp.dps = 50
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 7)) * np.array([[0.3], [4.0], [60.0]])
     z = st.scaled_scores(x, 1)
     for k in (1, 3, 6):
-        ref = _grad_reference(_esp_tables(z, k, 7), k)
+        ref = esp_weights(esp_tables(z, k, 7), k)
         exact = np.array([_enumerated_grad(row, k) for row in z])
         assert np.abs(ref - exact).max() < 1e-14
     # min complement over levels < k is the level k-1 complement of the top entry
@@ -206,7 +207,16 @@ def test_grad_reference_and_outlook_complements_match_enumeration():
 def test_sequential_references_match_high_precision():
     import mpmath as mp
 
-    from topk_cli.analysis.probe import _sequential_reference
+    from topk_cli.references import (
+        ReferenceContext,
+        extended_precision,
+        iterative_definition,
+        weighted_softmax_definition,
+    )
+
+    def _sequential_reference(method, z, k):
+        definition = iterative_definition if method == "iterative" else weighted_softmax_definition
+        return extended_precision(definition)(z, k, ReferenceContext(z, k))
 
     mp.mp.dps = 40
     z = st.scaled_scores(np.array([[0.3, -1.2, 2.5, 0.0, 1.1]]) * 3.0, 1)
@@ -230,11 +240,11 @@ def test_sequential_references_match_high_precision():
 
 
 def test_threshold_reference_solves_the_threshold_equation():
-    from topk_cli.analysis.probe import _threshold_reference
+    from topk_cli.references import ReferenceContext
 
     z = st.scaled_scores(np.random.default_rng(2).standard_normal((4, 30)) * 5.0, 1)
     for method in ("thre-exp", "thre-sigmoid", "thre-laplace"):
-        p, trusted = _threshold_reference(method, z, 7)
+        p, trusted = st.METHODS[method].probe.compute(z, 7, ReferenceContext(z, 7))
         assert trusted.all()
         assert np.abs(p.sum(axis=1) - 7).max() < 1e-12
         assert ((p >= 0) & (p <= 1)).all()
