@@ -19,6 +19,7 @@ Every function takes floats ``x``, ``k``, ``tau`` and works on ``z = (x - max x)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -251,3 +252,111 @@ def perturbed_jacobian(x: Sequence[float], k: int, tau: float = 1.0, *, dps: int
                 jac[i][j] = -mpmath.quad(integrand, pts) / mpf(tau)
             jac[i][i] = -mpmath.fsum(jac[i][j] for j in range(n) if j != i)
         return jac
+
+
+# ---------------------------------------------------------------------------------------------
+# one signature for the shared test grids: f(x, k, tau=1.0, *, dps=...) -> list of mpf
+
+
+def thre_clip(x: Sequence[float], k: int, tau: float = 1.0, *, dps: int = DPS) -> list[Any]:
+    """``clip(z - lambda, 0, 1)``, ``sum = k``."""
+    return projection(x, k, tau, power=1, dps=dps)
+
+
+def thre_cube(x: Sequence[float], k: int, tau: float = 1.0, *, dps: int = DPS) -> list[Any]:
+    """``clip(z - lambda, 0, 1)^3``, ``sum = k``."""
+    return projection(x, k, tau, power=3, dps=dps)
+
+
+def sinkhorn_fixed_point(x: Sequence[float], k: int, tau: float = 1.0, *, dps: int = DPS) -> list[Any]:
+    """The exact fixed point of the two-anchor Sinkhorn iteration (the converged plan).
+
+    At the fixed point rows and columns are both exact: ``Gamma_i1 / Gamma_i0 = e^{h - C_i1 + C_i0}``
+    with the full squared cost and one scalar ``h = (g_1 - g_0) / eps``, fixed by
+    ``sum_i m Gamma_i1 = k``. Solved by float64 bisection for a start, then bisection and Newton
+    in mpmath to ``10^-(dps - 5)``. Used where iterating to convergence would take too long (hard
+    selections); :func:`sinkhorn` iterates, and the tests check that both agree where it converges.
+    """
+    import numpy as np
+
+    with mp.workdps(dps):
+        z = _z(x, tau)
+        fin = [v for v in z if v != mpmath.ninf]
+        m = len(fin)
+        if m == k:
+            return [mpf(1) if v != mpmath.ninf else mpf(0) for v in z]
+        a = [(v**2 - (v - 1) ** 2) / 2 for v in fin]  # C_i0 - C_i1 with eps = 1
+
+        def excess(h: Any) -> Any:  # sum p - k, increasing in h
+            return mpmath.fsum(1 / (1 + mpmath.exp(-(h + v))) for v in a) - k
+
+        af = np.array([float(v) for v in a])
+        lo = -float(af.max()) - math.log(m) - 5.0
+        hi = -float(af.min()) + math.log(m) + 5.0
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            if not lo < mid < hi:
+                break
+            t = mid + af
+            total = float(np.sum(np.where(t >= 0, 1 / (1 + np.exp(-np.abs(t))), np.exp(-np.abs(t)) / (1 + np.exp(-np.abs(t))))))
+            lo, hi = (mid, hi) if total < k else (lo, mid)
+        width = mpf(10) ** -6 * (1 + abs(mpf(lo)))
+        lo_m, hi_m = mpf(lo) - width, mpf(hi) + width
+        while excess(lo_m) > 0:
+            lo_m -= 4 * width
+        while excess(hi_m) < 0:
+            hi_m += 4 * width
+        target = mpf(10) ** (-(dps - 5))
+        h = (lo_m + hi_m) / 2
+        for _ in range(20 * dps):
+            e = excess(h)
+            if e > 0:
+                hi_m = h
+            else:
+                lo_m = h
+            slope = mpmath.fsum(mpmath.exp(-(h + v)) / (1 + mpmath.exp(-(h + v))) ** 2 for v in a)
+            new = h - e / slope if slope > 0 else (lo_m + hi_m) / 2
+            if not lo_m < new < hi_m:
+                new = (lo_m + hi_m) / 2
+            if abs(new - h) < target * (1 + abs(h)) or hi_m - lo_m < target * (1 + abs(h)):
+                h = new
+                break
+            h = new
+        p_fin = [1 / (1 + mpmath.exp(-(h + v))) for v in a]
+        out, pos = [], 0
+        for v in z:
+            if v == mpmath.ninf:
+                out.append(mpf(0))
+            else:
+                out.append(p_fin[pos])
+                pos += 1
+        return out
+
+
+def ot_sinkhorn(x: Sequence[float], k: int, tau: float = 1.0, *, dps: int = DPS) -> list[Any]:
+    """The converged entropic-OT top-k (see :func:`sinkhorn_fixed_point`)."""
+    return sinkhorn_fixed_point(x, k, tau, dps=dps)
+
+
+def perturbed_masked(x: Sequence[float], k: int, tau: float = 1.0, *, dps: int = 25) -> list[Any]:
+    """Exact ``E[T_k(x + tau Z)]``, masked (``-inf``) entries removed and given weight 0."""
+    keep = [i for i, v in enumerate(x) if v != float("-inf")]
+    with mp.workdps(dps):
+        if len(keep) == k:
+            vals = [mpf(1)] * k
+        else:
+            vals = perturbed([x[i] for i in keep], k, tau, dps=dps)
+        out = [mpf(0)] * len(x)
+        for i, v in zip(keep, vals):
+            out[i] = v
+        return out
+
+
+#: The reference of each method of this module, by CLI name (same signature as ``reference.py``).
+REFERENCES = {
+    "thre-clip": thre_clip,
+    "thre-cube": thre_cube,
+    "topk-softmax": topk_softmax,
+    "ot-sinkhorn": ot_sinkhorn,
+    "perturbed": perturbed_masked,
+}

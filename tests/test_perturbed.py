@@ -16,9 +16,10 @@ import reference_wider as ref
 from topk_cli.api import scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators.perturbed import (
+    PERTURBED,
     perturbed_forward,
-    perturbed_implementation,
     perturbed_jacobian_with_stderr,
+    perturbed_potential,
     perturbed_vjp,
 )
 
@@ -50,7 +51,9 @@ def test_jacobian_estimator_matches_the_exact_jacobian_within_standard_error() -
     np.testing.assert_allclose(jac[0].sum(axis=0), 0, atol=1e-12)  # sum p = k in every sample
     np.testing.assert_allclose(jac[0].sum(axis=1), 0, atol=1e-12)  # centred noise: shift invariance
     v = np.array([[0.5, -1.0, 2.0]])
-    np.testing.assert_allclose(perturbed_vjp(z, k, v, samples=20_000, seed=2)[0], v[0] @ jac[0], atol=1e-12)
+    fwd = perturbed_forward(z, k, samples=20_000, seed=2)
+    vjp = perturbed_vjp(fwd, z, k, v, samples=20_000, seed=2)
+    np.testing.assert_allclose(vjp[0], v[0] @ jac[0], atol=1e-12)
 
 
 def test_exact_jacobian_reference_agrees_with_finite_differences() -> None:
@@ -84,13 +87,27 @@ def test_exact_invariants() -> None:
     np.testing.assert_array_equal(hard.p, [[1.0, 0.0, 1.0]])
 
 
-def test_implementation_binds_its_parameters() -> None:
+def test_potential_gradient_is_the_estimate() -> None:
+    """With common random numbers the estimated perturbed maximum has gradient exactly p-hat."""
+    z = np.array([[0.0, -0.3, -0.9, -0.4]])
+    fwd = perturbed_forward(z, 2, samples=400, seed=3)
+    h = 1e-7
+    fd = []
+    for j in range(4):
+        e = np.zeros((1, 4))
+        e[0, j] = h
+        up = perturbed_potential(perturbed_forward(z + e, 2, samples=400, seed=3), z + e, 2)
+        dn = perturbed_potential(perturbed_forward(z - e, 2, samples=400, seed=3), z - e, 2)
+        fd.append((up - dn)[0] / (2 * h))
+    np.testing.assert_allclose(fd, fwd.p[0], atol=1e-7)
+
+
+def test_implementation_takes_its_parameters_as_keywords() -> None:
     z = np.array([[0.0, -0.3, -0.9]])
-    impl = perturbed_implementation(samples=64, seed=3)
-    fwd = impl.forward(z, 1)
-    np.testing.assert_array_equal(fwd.p, perturbed_forward(z, 1, samples=64, seed=3).p)
+    fwd = PERTURBED.forward(z, 1, samples=64, seed=3)  # type: ignore[call-arg]
     np.testing.assert_array_equal(
-        impl.jacobian(fwd, z, 1), perturbed_jacobian_with_stderr(z, 1, samples=64, seed=3)[0]
+        PERTURBED.jacobian(fwd, z, 1, samples=64, seed=3),  # type: ignore[call-arg]
+        perturbed_jacobian_with_stderr(z, 1, samples=64, seed=3)[0],
     )
 
 

@@ -41,6 +41,8 @@ def test_matches_converged_high_precision_sinkhorn(label: str, x: list[float], k
     np.testing.assert_allclose(fwd.p[0], p_ref, rtol=0, atol=4 * DEFAULT_TOL)
     np.testing.assert_allclose(fwd.q[0], 1 - p_ref, rtol=0, atol=4 * DEFAULT_TOL)
     assert abs(fwd.p[0].sum() - k) < 1e-13  # columns are exact after each column update
+    fixed = [float(v) for v in ref.sinkhorn_fixed_point(x, k, tau)]
+    np.testing.assert_allclose(p_ref, fixed, rtol=0, atol=1e-30)  # the reference checks itself
 
 
 def test_converged_plan_is_thre_sigmoid_at_the_same_tau() -> None:

@@ -167,6 +167,16 @@ def thre_cube_forward(z: FloatArray, k: int) -> Forward:
     return _projection_forward(z, k, 3)
 
 
+def f_clip(t: FloatArray) -> FloatArray:
+    """``clip(t, 0, 1)``, the link of ``thre-clip`` (for references that bisect on lambda)."""
+    return np.clip(t, 0.0, 1.0)
+
+
+def f_cube(t: FloatArray) -> FloatArray:
+    """``clip(t, 0, 1)^3``, the link of ``thre-cube``."""
+    return np.clip(t, 0.0, 1.0) ** 3
+
+
 THRE_CLIP = Implementation(
     forward=thre_clip_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
 )

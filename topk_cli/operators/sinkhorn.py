@@ -50,7 +50,7 @@ from topk_cli.operators.threshold import threshold_jacobian, threshold_vjp
 DEFAULT_MAX_ITER = 200
 
 #: Default tolerance on the row-marginal error ``max_i |m * rowmass_i - 1|``.
-DEFAULT_TOL = 1e-9
+DEFAULT_TOL = 1e-13
 
 #: Failure code of a row whose marginal error is still above ``tol`` after ``max_iter`` iterations.
 NO_CONVERGENCE = "no-convergence"
@@ -149,14 +149,8 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
     )
 
 
-def ot_sinkhorn_implementation(max_iter: int = DEFAULT_MAX_ITER, tol: float = DEFAULT_TOL) -> Implementation:
-    """The ``ot-sinkhorn`` implementation with its iteration cap and tolerance bound."""
-    max_iter, tol = check_sinkhorn_params(max_iter, tol)
-
-    def forward(z: FloatArray, k: int) -> Forward:
-        return ot_sinkhorn_forward(z, k, max_iter=max_iter, tol=tol)
-
-    return Implementation(forward=forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True)
-
-
-OT_SINKHORN = ot_sinkhorn_implementation()
+#: ``max_iter`` and ``tol`` reach the forward as keyword arguments; the Jacobian and VJP are those
+#: of the converged map at the returned point.
+OT_SINKHORN = Implementation(
+    forward=ot_sinkhorn_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+)

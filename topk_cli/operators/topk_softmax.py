@@ -24,6 +24,7 @@ import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 from topk_cli.operators._logspace import logsumexp, logsumexp_exclusive
+from topk_cli.references import BoolArray, ReferenceContext
 
 
 def _hard_set(z: FloatArray, k: int) -> np.ndarray:
@@ -78,6 +79,27 @@ def topk_softmax_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> Floa
     """``v^T dp/dz = s * (v - s . v)`` in O(n) per row (0 on the hard entries)."""
     s = fwd.aux["soft"]
     return s * (v - (s * v).sum(axis=1, keepdims=True))
+
+
+def topk_softmax_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
+    """The closed form by a full sort and a softmax in extended precision (``np.longdouble``).
+
+    Rows where the ``(k-1)``-th and ``k``-th largest entries tie are not trusted: the operator
+    is discontinuous there and its value depends on the tie rule.
+    """
+    b, n = z.shape
+    order = np.argsort(-z, axis=1, kind="stable")
+    s = np.take_along_axis(z, order, axis=1).astype(np.longdouble)
+    soft = s.copy()
+    soft[:, : k - 1] = -np.inf
+    with np.errstate(under="ignore", invalid="ignore"):  # masked entries stay -inf, weight 0
+        e = np.exp(soft - soft[:, k - 1 : k])
+        w = e / e.sum(axis=1, keepdims=True)
+    w[:, : k - 1] = 1.0
+    out = np.empty((b, n))
+    np.put_along_axis(out, order, w.astype(np.float64), axis=1)
+    trusted = np.ones(b, dtype=bool) if k == 1 else s[:, k - 2] != s[:, k - 1]
+    return out, trusted
 
 
 TOPK_SOFTMAX = Implementation(
