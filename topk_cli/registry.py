@@ -34,17 +34,23 @@ from topk_cli.errors import InvalidArgumentError, UnknownMethodError
 from topk_cli.operators._base import FloatArray, Implementation
 from topk_cli.operators.gradtopk import GRAD, GRAD_RECURSIVE, RecursionTrace, grad_recursive_trace
 from topk_cli.operators.hard import HARD
+from topk_cli.operators.perturbed import DEFAULT_SAMPLES, DEFAULT_SEED, PERTURBED, perturbed_potential
 from topk_cli.operators.potentials import (
     PotentialFn,
     binary_entropy,
+    clip_regulariser,
+    cube_regulariser,
     entropy,
     laplace_regulariser,
     log_esp,
     no_regulariser,
     regularised_max,
 )
+from topk_cli.operators.projection import THRE_CLIP, THRE_CUBE, f_clip, f_cube
 from topk_cli.operators.sequential import ITERATIVE, WEIGHTED_SOFTMAX
+from topk_cli.operators.sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, NO_CONVERGENCE, OT_SINKHORN
 from topk_cli.operators.threshold import THRE_EXP, THRE_LAPLACE, THRE_SIGMOID
+from topk_cli.operators.topk_softmax import TOPK_SOFTMAX, topk_softmax_reference
 from topk_cli.recursion import RecursionOutlook, recursion_outlook
 from topk_cli.references import (
     ReferenceContext,
@@ -464,6 +470,135 @@ _SPECS: tuple[MethodSpec, ...] = (
         aliases=(
             Alias("lapsum", "LapSum top-k (Struski, Bednarczyk, Podolak & Tabor, ICML 2025, 'LapSum - one method to differentiate them all: ranking, sorting and top-k selection')"),
         ),
+    ),
+    MethodSpec(
+        name="thre-clip",
+        summary="Threshold top-k with f = clip(t, 0, 1): the Euclidean projection onto the capped simplex (exact, sparse).",
+        family="threshold",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+            sparse=True,
+        ),
+        reference=(
+            "argmax <p, z> - ||p||^2 / 2 over the capped simplex: sparsemax at k = 1 (Martins & Astudillo 2016); "
+            "Sander et al. (2023) top-k mask with p = 2; entmax's budget_bisect."
+        ),
+        notes=(
+            "Exactly sparse; piecewise linear (C0). At a kink (an entry exactly at p = 0 or p = 1) the "
+            "Jacobian takes the clipped side: the entry counts as clipped (derivative 0), as for thre-exp."
+        ),
+        implementation=THRE_CLIP,
+        capabilities=Capabilities(potential=regularised_max(clip_regulariser)),
+        probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="sorted-breakpoint closed form"), threshold_bisection(f_clip)),
+        aliases=(
+            Alias("sparse-topk", "Sander, Puigcerver, Djolonga, Peyre & Blondel, ICML 2023, 'Fast, differentiable and sparse top-k: a convex analysis perspective' (p = 2)"),
+            Alias("entmax-budget", "budget_bisect of the entmax package (deep-spin/entmax): max <x, p> - ||p||^2 / 2 s.t. 0 <= p <= 1, sum p = budget"),
+        ),
+    ),
+    MethodSpec(
+        name="thre-cube",
+        summary="Threshold top-k with f = clip(t, 0, 1)^3: Sander et al.'s p = 4/3 sparse top-k mask.",
+        family="threshold",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+            sparse=True,
+        ),
+        reference=(
+            "argmax <p, z> - (3/4) sum p^(4/3) over the capped simplex: Sander et al. (2023), p-norm "
+            "regularisation with p = 4/3 (their default)."
+        ),
+        notes=(
+            "Exactly sparse and C1 where entries leave 0, but the cap at 1 is a kink (slope 3 below, 0 above): "
+            "C0 once an entry saturates while others are free, so not 'differentiable everywhere'. "
+            "Kinks take the clipped side, as for thre-clip. Regulariser (3/4) sum p^(4/3) = (1/q) sum p^q; "
+            "written as sum p^q it is the same map at tau * 4/3."
+        ),
+        implementation=THRE_CUBE,
+        capabilities=Capabilities(potential=regularised_max(cube_regulariser)),
+        probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="interval search and Newton"), threshold_bisection(f_cube)),
+    ),
+    MethodSpec(
+        name="ot-sinkhorn",
+        summary="Entropic-OT SOFT top-k (Xie et al. 2020) by log-domain Sinkhorn; rows that do not converge are reported.",
+        family="optimal-transport",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=True, monotone_strict=True,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=False, jacobian=True, finite=False, smoothness="C-infinity",
+        ),
+        reference=(
+            "Xie et al., NeurIPS 2020, 'Differentiable top-k with optimal transport': "
+            "two anchors {0, 1}, masses (n-k)/n and k/n, squared cost, eps = 1 on (z - y)^2 / 2."
+        ),
+        notes=(
+            "At convergence it is thre-sigmoid at the same tau; a converged row (marginal error <= tol) is within "
+            "about 2 tol of it. As in the authors' code the last update is the column one: sum p = k exactly, but "
+            "rows only to tol, so an entry can exceed 1 by up to tol (x = 0,-25,-26, k = 2: 1 + 6.4e-10). The authors divide the cost by its batch maximum M, so their eps is tau = eps M / 2 here. "
+            "Sinkhorn slows down as the selection hardens: at the default cap many rows fail below tau ~ spread / 10."
+        ),
+        implementation=OT_SINKHORN,
+        capabilities=Capabilities(potential=regularised_max(binary_entropy)),
+        parameters=(
+            ParamSpec("max_iter", int, DEFAULT_MAX_ITER, "Sinkhorn iteration cap (the authors' default is 200)", minimum=1, maximum=10_000_000),
+            ParamSpec("tol", float, DEFAULT_TOL, "tolerance on the row-marginal error max |m rowmass - 1|", minimum=1e-15, maximum=1.0),
+        ),
+        probe=ProbeReference(
+            "its converged limit, thre-sigmoid at the same tau, by bisection: max_error is Sinkhorn's distance from the limit",
+            threshold_bisection(f_sigmoid),
+        ),
+        failures=(
+            FailureCode(NO_CONVERGENCE, "Sinkhorn's row-marginal error was still above tol after max-iter iterations"),
+        ),
+    ),
+    MethodSpec(
+        name="perturbed",
+        summary="Perturbed top-k E[T_k(x + tau Z)], Z Gaussian (Berthet et al. 2020), by Monte Carlo with standard errors.",
+        family="perturbed",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=False, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=False, hard_limit=True,
+            softmax_at_k1=False, jacobian=False, finite=True, smoothness="discontinuous",
+        ),
+        reference=(
+            "Berthet, Blondel, Teboul, Cuturi, Vert & Bach, NeurIPS 2020, 'Learning with differentiable perturbed "
+            "optimizers' (sigma = tau); as in optax / jaxopt perturbations."
+        ),
+        notes=(
+            "Antithetic pairs with common random numbers (the noise depends on seed, n and samples only). "
+            "Range and sum are exact per sample; monotonicity and permutation equivariance hold in expectation "
+            "only; the estimate is piecewise constant in x, the expectation is C-infinity. Jacobian by "
+            "integration by parts, E[T_k(x + tau Z) Z^T] / tau: it estimates the derivative of the expectation "
+            "(tested within its standard error against the exact one), not of the piecewise-constant estimate, "
+            "whose finite differences are 0, so verify-properties' finite-difference check measures 'no'."
+        ),
+        implementation=PERTURBED,
+        capabilities=Capabilities(evaluation=Evaluation.MONTE_CARLO, probe_default=False, potential=perturbed_potential),
+        parameters=(
+            ParamSpec("samples", int, DEFAULT_SAMPLES, "Monte Carlo samples (even: antithetic pairs)", minimum=4, maximum=10_000_000),
+            ParamSpec("seed", int, DEFAULT_SEED, "seed of the Gaussian noise", minimum=0),
+        ),
+        probe=ProbeReference("none: a Monte Carlo estimate, judged by its standard errors"),
+    ),
+    MethodSpec(
+        name="topk-softmax",
+        summary="Pseudo-smooth top-k: 1 on the top k-1 entries, softmax over the others (discontinuous).",
+        family="pseudo-smooth",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="discontinuous",
+        ),
+        reference="Suggested in the reader comments of Su (2024), 'Softmax sequel: finding smooth approximations of Top-K'.",
+        notes=(
+            "Jumps where the (k-1)-th and k-th entries swap; kept to show what a discontinuity looks like. "
+            "The Jacobian is that of the current selection (no derivative exists at a swap)."
+        ),
+        implementation=TOPK_SOFTMAX,
+        probe=ProbeReference("the closed form by a full sort and softmax in extended precision", topk_softmax_reference),
     ),
 )
 
