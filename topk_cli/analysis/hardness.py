@@ -132,6 +132,20 @@ def tau_grid(x: FloatArray) -> tuple[float, ...]:
     return tuple(scale * 10.0 ** (GRID_TOP - j / GRID_PER_DECADE) for j in range(count))
 
 
+def topk_mass(x: ArrayLike, k: int, method: str, tau: float) -> tuple[float | None, float]:
+    """``(mean top-k mass over the rows computed, share of rows refused)`` of ``method`` at ``tau``.
+
+    The mass is None when no row could be computed.
+
+    >>> topk_mass([[3.0, 2.0, 1.0, 0.0]], 2, "thre-exp", 1.0)[0] == topk_mass([[3.0, 2.0, 1.0, 0.0]], 2, "thre-exp", 1.0)[0]
+    True
+    """
+    get_method(method)
+    arr, k_int, hard = _batch(x, k)
+    point = _MassCurve(arr, k_int, method, hard)(float(tau))
+    return point.mass, point.refused
+
+
 def calibrate_hardness(
     x: ArrayLike,
     k: int,
@@ -227,7 +241,7 @@ def _refine(
     f_hi = (hi.mass - target) if hi.mass is not None and hi.refused <= max_refused else None
     side = 0
     for _ in range(MAX_REFINEMENTS):
-        if f_lo <= MASS_TOLERANCE or math.log(hi.tau / lo.tau) < 1e-7:
+        if f_lo <= MASS_TOLERANCE or math.log(hi.tau / lo.tau) < 1e-4:
             break
         u_lo, u_hi = math.log(lo.tau), math.log(hi.tau)
         if f_hi is None or f_hi >= 0:  # no usable sign change on the soft side: bisect
@@ -260,12 +274,12 @@ def _refine(
     assert near.mass is not None
     if near.mass - target <= JUMP_TOLERANCE:
         return HardnessMatch(method, target, near.tau, near.mass, near.refused, "ok")
-    if hi.refused > max_refused:
-        why = f"more than {max_refused:.0%} of the rows are refused just above tau = {lo.tau:.3g}"
-    elif hi.mass is not None:
+    if hi.refused > max_refused:  # a refusal barrier, not a jump: the target itself is refused
+        return _unreachable(curve, method, target, max_refused, soft.tau)
+    if hi.mass is not None:
         why = f"the mean mass jumps from {lo.mass:.3f} to {hi.mass:.3f} at tau = {lo.tau:.3g}"
     else:
-        why = f"the rows cannot be computed just above tau = {lo.tau:.3g}"
+        why = f"the rows cannot be computed just above tau = {lo.tau:.3g}"  # pragma: no cover
     return HardnessMatch(
         method, target, near.tau, near.mass, near.refused, "approximate",
         f"no tau gives mass {target:g} exactly: {why}; the closest from above is {near.mass:.3f}",
@@ -288,8 +302,8 @@ def _unreachable(
         if blocked:
             worst = max(blocked, key=lambda p: p.tau)
             reason = (
-                f"refuses more than {max_refused:.0%} of the rows wherever the mass reaches {target:g} "
-                f"({worst.refused:.0%} refused at tau = {worst.tau:.3g})"
+                f"refuses more than {max_refused:.0%} of the rows where its mass reaches {target:g} "
+                f"({worst.refused:.1%} refused at tau = {worst.tau:.3g})"
             )
         elif allowed:
             best = max(allowed, key=lambda p: p.mass or 0.0)
