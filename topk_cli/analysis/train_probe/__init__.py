@@ -29,6 +29,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +65,9 @@ __all__ = [
     "RunRow",
     "SummaryRow",
     "TrainProbeResult",
+    "parse_hardness",
+    "parse_tasks",
+    "probe_config",
     "train_probe",
 ]
 
@@ -114,7 +118,8 @@ class ProbeConfig:
         return 0.05 if self.optimizer == "adam" else 1.0
 
 
-QUICK = {"tasks": ("select",), "steps": 60, "seeds": 2, "grad_check": False}
+#: What ``--quick`` sets (CI smoke runs).
+QUICK: dict[str, Any] = {"tasks": ("select",), "steps": 60, "seeds": 2, "grad_check": False}
 
 
 @dataclass(frozen=True)
@@ -594,4 +599,59 @@ def train_probe(
         config=config, tasks=tuple(infos), levels=levels, check_levels=check_levels,
         calibrations=tuple(calibrations), runs=tuple(runs), grad_check=tuple(checks_out), summary=tuple(summary),
         warnings=tuple(warnings), elapsed_s=time.perf_counter() - start, curves=curves,
+    )
+
+
+def parse_hardness(text: str) -> tuple[float, ...]:
+    """``--hardness``: a comma-separated list of top-k masses (``0.6,0.8,0.95``).
+
+    >>> parse_hardness("0.6, 0.8")
+    (0.6, 0.8)
+    """
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InvalidArgumentError(f"--hardness must be top-k masses separated by commas (e.g. 0.8 or 0.6,0.8), got {text!r}") from None
+    if not values:
+        raise InvalidArgumentError(f"--hardness is empty: {text!r}")
+    return values
+
+
+def parse_tasks(names: Sequence[str] | None, *, quick: bool = False) -> tuple[str, ...]:
+    """``--task`` values (repeatable, comma-separated, or ``all``); default ``select,knn`` (``select`` with quick)."""
+    requested = [part.strip() for name in (names or []) for part in name.split(",") if part.strip()]
+    if not requested:
+        return tuple(QUICK["tasks"]) if quick else DEFAULT_TASKS
+    out: list[str] = []
+    for name in requested:
+        chosen = list(TASKS) if name == "all" else [name]
+        for t in chosen:
+            if t not in TASKS:
+                raise InvalidArgumentError(f"unknown task {t!r}; valid tasks: {', '.join(TASKS)}, or 'all'")
+            if t not in out:
+                out.append(t)
+    return tuple(out)
+
+
+def probe_config(
+    *,
+    tasks: Sequence[str] | None,
+    methods: Sequence[str],
+    hardness: str | None,
+    taus: Sequence[float],
+    seeds: int | None,
+    steps: int | None,
+    quick: bool,
+    grad_check: bool | None,
+    **options: Any,
+) -> ProbeConfig:
+    """The configuration of a CLI call: ``--quick`` sets select only, 60 steps, 2 seeds and no
+    gradient check, for whatever the user did not give explicitly."""
+    levels = parse_hardness(hardness) if hardness is not None else (() if taus else (0.8,))
+    return ProbeConfig(
+        tasks=parse_tasks(tasks, quick=quick), methods=tuple(methods), hardness=levels, taus=tuple(taus),
+        seeds=seeds if seeds is not None else (int(QUICK["seeds"]) if quick else 3),
+        steps=steps if steps is not None else (int(QUICK["steps"]) if quick else 100),
+        grad_check=grad_check if grad_check is not None else not quick,
+        **options,
     )
