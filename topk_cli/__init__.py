@@ -5,6 +5,7 @@
 array([0., 1., 0.])
 """
 
+from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
 from topk_cli.api import (
     TopKResult,
     evaluate,
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "METHODS",
     "Guarantees",
+    "HardnessMatch",
     "InputError",
     "InvalidArgumentError",
     "MethodSpec",
@@ -44,6 +46,7 @@ __all__ = [
     "jacobian",
     "scaled_scores",
     "soft_topk",
+    "tau_for_hardness",
     "trace_grad_recursive",
     "vjp",
 ]

@@ -95,7 +95,7 @@ class _MassCurve:
         except InvalidArgumentError:  # tau below what the method can represent for this spread
             return _Point(tau, None, 1.0)
         ok = np.asarray(r.status).reshape(-1) == "ok"
-        refused = float(1.0 - ok.mean())
+        refused = float(np.count_nonzero(~ok) / ok.size)
         if not ok.any():
             return _Point(tau, None, refused)
         p = np.asarray(r.weights, dtype=np.float64).reshape(self.hard.shape)[ok]
