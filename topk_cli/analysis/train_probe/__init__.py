@@ -317,7 +317,7 @@ def _validate(config: ProbeConfig) -> None:
     for name in config.tasks:
         task = TASKS[name]
         low = task.k / task.n
-        for h in (*config.hardness, *(config.grad_check_hardness if config.grad_check else ())):
+        for h in (*config.hardness, *config.grad_check_hardness):
             if not (math.isfinite(h) and low < h < 1):
                 raise InvalidArgumentError(
                     f"hardness must be a top-k mass in (k/n, 1) = ({low:g}, 1) for task {name}, got {h:g}"
