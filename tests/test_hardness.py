@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 import topk_cli as st
 from topk_cli.analysis.hardness import calibrate_hardness, tau_grid, topk_mass
+from topk_cli.cli import app
 from topk_cli.errors import InvalidArgumentError
 
 SMOOTH = [name for name, spec in st.METHODS.items() if spec.family != "baseline"]
@@ -46,7 +50,7 @@ def test_closed_form_for_two_entries(h: float) -> None:
 def test_every_method_reaches_the_target_or_says_why(method: str) -> None:
     x = _standardised(100, 20)
     (m,) = calibrate_hardness(x, 3, method, [0.8])
-    if m.status == "unreachable":
+    if m.status in ("unreachable", "constant"):
         assert m.tau is None and m.reason
         return
     assert m.tau is not None and m.mass is not None
@@ -95,7 +99,8 @@ def test_refusals_and_constant_mass_are_unreachable_with_a_reason() -> None:
     (m,) = calibrate_hardness(x, 3, "grad-recursive", [0.95])
     assert m.status == "unreachable" and "refuses" in m.reason
     m = st.tau_for_hardness(x, 3, "hard", 0.8)
-    assert m.status == "unreachable" and m.reason == "the top-k mass is 1 at every tau"
+    assert m.status == "constant" and m.tau is None and m.mass == 1.0
+    assert m.reason == "the top-k mass is 1 at every tau"
 
 
 def test_validation() -> None:
@@ -118,3 +123,51 @@ def test_masked_entries_count_as_absent() -> None:
         st.tau_for_hardness(x, 1, "grad", 0.3)
     m = st.tau_for_hardness(x, 1, "grad", 0.9)
     assert m.status == "ok" and m.mass == pytest.approx(0.9, abs=1e-4)
+
+
+# ---- --hardness in compute and temperature-sweep ---------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_inputs"
+runner = CliRunner()
+
+
+def test_compute_picks_a_tau_per_method() -> None:
+    r = runner.invoke(app, ["compute", "-m", "grad,thre-sigmoid,hard", "-k", "2", "--hardness", "0.9", "--format", "json", str(SAMPLES / "router_logits.csv")])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["tau"] is None and doc["hardness"] == 0.9
+    hard = np.array(doc["hard"])
+    taus = {}
+    for res in doc["results"]:
+        if res["method"] == "hard":
+            assert res["hardness_status"] == "constant" and res["status"][0] == "ok"
+            continue
+        assert res["hardness_status"] == "ok"
+        w = np.array(res["weights"], dtype=float)
+        mass = float(np.mean(np.sum(hard * w, axis=1)) / 2)
+        assert mass == pytest.approx(0.9, abs=1e-4) and res["topk_mass"] == pytest.approx(mass, abs=1e-12)
+        taus[res["method"]] = res["tau"]
+    assert taus["grad"] != taus["thre-sigmoid"]
+    assert "grad: tau = " in r.stderr and "hard: does not depend on tau" in r.stderr
+
+
+def test_compute_table_and_unreachable_method_exit_1() -> None:
+    r = runner.invoke(app, ["compute", "-m", "grad-recursive", "-m", "grad", "-k", "2", "--hardness", "0.99", str(SAMPLES / "router_logits.csv")])
+    assert r.exit_code == 1
+    assert "top-k mass 0.99" in r.stdout and "grad-recursive: cannot reach top-k mass 0.99: refuses more than 1%" in r.stdout
+    assert "unreachable" in r.stdout
+    bad = runner.invoke(app, ["compute", "-k", "2", "--hardness", "0.2", "--values", "3,2,1,0"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("softtopk: error: hardness must be a top-k mass in (k/n, 1)")
+
+
+def test_temperature_sweep_measures_each_method_at_equal_hardness() -> None:
+    r = runner.invoke(app, ["temperature-sweep", "-k", "2", "-m", "thre-exp,grad,hard", "--taus", "1", "--hardness", "0.9", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = {h["method"]: h for h in json.loads(r.stdout)["hardness"]}
+    for method in ("thre-exp", "grad"):
+        assert rows[method]["hardness_status"] == "ok" and rows[method]["topk_mass"] == pytest.approx(0.9, abs=1e-4)
+        assert rows[method]["jacobian_norm"] > 0
+    assert rows["thre-exp"]["tau"] != rows["grad"]["tau"]
+    assert rows["hard"]["hardness_status"] == "constant" and rows["hard"]["tau"] is None
+    table = runner.invoke(app, ["temperature-sweep", "-k", "2", "-m", "grad", "--taus", "1", "--hardness", "0.9"])
+    assert table.exit_code == 0 and "At equal hardness" in table.stdout

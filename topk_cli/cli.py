@@ -66,6 +66,14 @@ OutputOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random generator (results are deterministic).")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when a failure is found (for CI).")]
+HardnessOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--hardness",
+        help="Instead of --tau: per method, the tau at which the mean top-k mass (share of the weight on the true top-k) is H, in (k/n, 1).",
+        show_default=False,
+    ),
+]
 
 
 def _version_callback(value: bool) -> None:
@@ -190,6 +198,7 @@ def compute(
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
+    hardness: HardnessOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
 ) -> None:
@@ -203,9 +212,14 @@ def compute(
 
     data = read_vectors(input, values, column, input_format)
     names = resolve_methods(method, default=[DEFAULT_METHOD])
-    report = build_compute_report(data, k=k, methods=names, tau=tau, with_jacobian=with_jacobian)
+    report = build_compute_report(data, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, hardness=hardness)
     rendered = render_compute(report, fmt, color=color_enabled() and output is None)
     write_text(rendered.text, output)
+    if hardness is not None and fmt is not OutputFormat.table:
+        from topk_cli.render.compute import hardness_lines
+
+        for line in hardness_lines(report):
+            typer.echo(f"softtopk: note: {line}", err=True)
     for note in rendered.notes:
         typer.echo(f"softtopk: note: {note}", err=True)
     for warning in compute_warnings(report):
@@ -295,6 +309,7 @@ def temperature_sweep_command(
     plot: Annotated[
         Optional[Path], typer.Option("--plot", help="Save a PNG: error vs gradient signal (needs matplotlib).", show_default=False)
     ] = None,
+    hardness: HardnessOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
 ) -> None:
@@ -319,7 +334,7 @@ def temperature_sweep_command(
         x = data.values[row].tolist()
     names = resolve_methods(method, default=["all"])
     with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
-        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, progress=progress)
+        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
     png = render_plot_png(result) if plot is not None else None
     write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
 from topk_cli.analysis.probe import RecursionOutlook, grad_recursive_outlook
 from topk_cli.api import evaluate, jacobian, soft_topk
 from topk_cli.errors import InputError, InvalidArgumentError, RowFailure
@@ -38,6 +39,9 @@ class MethodRun:
     status: NDArray[np.str_]
     failures: tuple[RowFailure, ...]
     jacobian: NDArray[np.float64] | None = None
+    #: Under ``--hardness``: the calibration; ``tau`` is its tau (None when unreachable).
+    match: HardnessMatch | None = None
+    tau: float | None = None
 
 
 @dataclass(frozen=True)
@@ -50,17 +54,33 @@ class ComputeReport:
     hard: NDArray[np.float64]
     runs: tuple[MethodRun, ...]
     outlook: RecursionOutlook | None = None  # set when grad-recursive is among the methods
+    hardness: float | None = None  # --hardness: tau chosen per method (run.tau)
+
+    @property
+    def unreachable(self) -> tuple[MethodRun, ...]:
+        """Methods that cannot reach ``--hardness`` (not computed; the reason is in ``match``)."""
+        return tuple(run for run in self.runs if run.match is not None and run.match.tau is None and run.match.status != "constant")
 
     @property
     def failed(self) -> bool:
-        """True when some method failed on some row (exit code 1)."""
-        return any(run.failures for run in self.runs)
+        """True when some method failed on some row or cannot reach ``--hardness`` (exit code 1)."""
+        return any(run.failures for run in self.runs) or bool(self.unreachable)
 
 
 def build_compute_report(
-    data: LoadedInput, *, k: int, methods: Sequence[str], tau: float, with_jacobian: bool = False
+    data: LoadedInput,
+    *,
+    k: int,
+    methods: Sequence[str],
+    tau: float,
+    with_jacobian: bool = False,
+    hardness: float | None = None,
 ) -> ComputeReport:
     """Run every method on every row of ``data``; failures are recorded per row, not raised.
+
+    With ``hardness`` each method runs at its own tau, the largest at which its mean top-k mass
+    over the rows equals ``hardness`` (:func:`topk_cli.tau_for_hardness`); a method that cannot
+    reach it is not computed (weights NaN, status ``unreachable``).
 
     Raises:
         InvalidArgumentError: ``k < 1``, ``tau`` not a finite number > 0, or a Jacobian too big.
@@ -89,21 +109,37 @@ def build_compute_report(
     hard = np.asarray(soft_topk(x, k, "hard"), dtype=np.float64)
     runs = []
     for name in methods:
-        result = evaluate(x, k, name, tau=tau)
+        match = tau_for_hardness(x, k, name, hardness) if hardness is not None else None
+        run_tau = tau if match is None or match.status == "constant" else match.tau
+        if run_tau is None:  # cannot reach --hardness: nothing to compute
+            runs.append(
+                MethodRun(
+                    method=name, weights=np.full((rows, n), np.nan), status=np.full(rows, "unreachable"),
+                    failures=(), jacobian=np.full((rows, n, n), np.nan) if with_jacobian else None, match=match,
+                )
+            )
+            continue
+        result = evaluate(x, k, name, tau=run_tau)
         jac = None
         if with_jacobian:
             jac = np.full((rows, n, n), np.nan)
             ok = result.status == "ok"
             if ok.any():
-                jac[ok] = jacobian(x[ok], k, name, tau=tau)
+                jac[ok] = jacobian(x[ok], k, name, tau=run_tau)
         runs.append(
             MethodRun(
                 method=name, weights=np.asarray(result.weights, dtype=np.float64),
                 status=np.asarray(result.status).reshape(rows), failures=result.failures, jacobian=jac,
+                match=match, tau=match.tau if match is not None else None,
             )
         )
-    outlook = grad_recursive_outlook(x, k, tau=tau) if "grad-recursive" in methods else None
-    return ComputeReport(k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs), outlook=outlook)
+    outlook = None
+    if "grad-recursive" in methods:
+        rec_tau = next((r.tau for r in runs if r.method == "grad-recursive"), None) if hardness is not None else tau
+        outlook = grad_recursive_outlook(x, k, tau=rec_tau) if rec_tau is not None else None
+    return ComputeReport(
+        k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs), outlook=outlook, hardness=hardness
+    )
 
 
 def row_title(data: LoadedInput, row: int) -> str:

@@ -56,8 +56,9 @@ class HardnessMatch:
 
     ``status`` is ``"ok"`` (``tau`` reaches ``mass`` within 1e-4 above ``target``),
     ``"approximate"`` (the mean mass jumps over ``target``, e.g. at a pole of some row: ``tau`` is
-    the tried tau whose mass came closest from above; ``reason`` says where it jumps) or
-    ``"unreachable"`` (``tau`` and ``mass`` None; ``reason`` says why). ``refused`` is the share of
+    the tried tau whose mass came closest from above; ``reason`` says where it jumps),
+    ``"constant"`` (the mass does not depend on tau, e.g. the hard top-k: ``tau`` None, ``mass``
+    the constant) or ``"unreachable"`` (``tau`` and ``mass`` None; ``reason`` says why). ``refused`` is the share of
     rows the method refused at ``tau``.
     """
 
@@ -293,8 +294,10 @@ def _unreachable(
     masses = [p.mass for p in points if p.mass is not None]
     first = curve(softest)
     if masses and max(masses) - min(masses) < 1e-12:
-        reason = f"the top-k mass is {masses[0]:.4g} at every tau"
-    elif _qualifies(first, target, max_refused):
+        return HardnessMatch(
+            method, target, None, masses[0], first.refused, "constant", f"the top-k mass is {masses[0]:.4g} at every tau"
+        )
+    if _qualifies(first, target, max_refused):
         reason = f"its top-k mass is still {first.mass:.3f} at the softest tau tried ({softest:.3g})"
     else:
         allowed = [p for p in points if p.mass is not None and p.refused <= max_refused]
