@@ -184,3 +184,14 @@ def test_invalid_configurations() -> None:
     for kw in ({"tasks": ("nope",)}, {"hardness": (0.1,)}, {"hardness": (1.0,)}, {"seeds": 0}, {"optimizer": "rmsprop"}, {"taus": (-1.0,)}):
         with pytest.raises(InvalidArgumentError):
             train_probe(_small(**kw))
+
+
+def test_sgd_and_straight_through_train_the_exact_operators() -> None:
+    sgd = train_probe(_small(methods=("thre-laplace",), optimizer="sgd", steps=30, seeds=1))
+    st_run = train_probe(_small(methods=("thre-laplace",), straight_through=True, steps=30, seeds=1))
+    adam = train_probe(_small(methods=("thre-laplace",), steps=30, seeds=1))
+    for result in (sgd, st_run, adam):
+        (run,) = result.runs
+        assert run.final > run.curve[0][1] + 0.3, run  # learns from chance towards the oracle
+    assert sgd.config.learning_rate == 1.0 and adam.config.learning_rate == 0.05
+    assert st_run.runs[0].curve != adam.runs[0].curve  # the straight-through loss is a different objective
