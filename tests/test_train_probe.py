@@ -131,6 +131,11 @@ def test_exact_monotone_operators_tie_at_equal_hardness() -> None:
     assert all(m is not None and abs(m - 0.8) < 1e-3 for m in masses)
     taus = [c.tau for c in result.calibrations if c.tau is not None]
     assert max(taus) / min(taus) > 1.5  # equal hardness is not equal tau
+    # control: at one fixed small tau the same runs differ, through their hardness
+    fixed = train_probe(_small(methods=tuple(EXACT), seeds=3, steps=50, hardness=(), taus=(0.01,)))
+    assert {s.verdict for s in fixed.summary} != {"tied"}
+    masses = [c.mass for c in fixed.calibrations if c.mass is not None]
+    assert max(masses) - min(masses) > 0.005
 
 
 def test_iterative_fails_at_mass_08() -> None:
