@@ -163,6 +163,9 @@ def grad_check_table(result: TrainProbeResult, task: str) -> Table:
                 cells.append("zero grad")
                 continue
             cell = f"{np.mean(full):.2f} ({np.mean(mini):.2f})" if mini else f"{np.mean(full):.2f}"
+            selfs = [g.cos_self for g in rows if g.cos_self is not None]
+            if selfs:  # a Monte Carlo operator: how well two noise seeds agree
+                cell += f" self {np.mean(selfs):.2f}"
             dead = np.mean([g.dead_rows for g in rows])
             if dead >= 0.005:
                 cell += f" dead {dead:.0%}"
@@ -205,7 +208,8 @@ def _notes(result: TrainProbeResult) -> Text:
         )
         lines.append(
             f"  {c.grad_check_instances} instances), mean over the points {points} of the way from the "
-            "initialisation to the oracle; dead = rows with no gradient."
+            "initialisation to the oracle; dead = rows with no gradient; self = cosine between two noise seeds"
+            " of a Monte Carlo operator."
         )
     else:
         lines.append("gradient check skipped (--no-grad-check or --quick): 'anti-aligned' cannot be detected.")

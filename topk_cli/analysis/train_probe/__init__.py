@@ -48,6 +48,7 @@ from topk_cli.analysis.train_probe.training import (
     TrainOutcome,
     auc,
     hard_topk,
+    step_seed,
     steps_to_target,
     train,
 )
@@ -182,6 +183,7 @@ class GradCheckRow:
     dead_rows: float
     refused_rows: float
     mc_split_half: float
+    cos_self: float | None = None  # Monte Carlo operators: agreement of two noise seeds
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,7 @@ class SummaryRow:
     verdict: str
     detail: str = ""
     seconds: float = 0.0
+    cos_self_mean: float | None = None  # Monte Carlo operators: agreement of two noise seeds
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,16 @@ class TrainProbeResult:
 
 def _is_baseline(method: str) -> bool:
     return get_method(method).family == "baseline"
+
+
+def _is_stochastic(method: str) -> bool:
+    """A method whose result depends on a ``seed`` parameter (a Monte Carlo estimate)."""
+    return any(getattr(p, "name", None) == "seed" for p in getattr(get_method(method), "parameters", ()))
+
+
+def _has_gradient(method: str) -> bool:
+    """False for a method the registry says has no Jacobian / VJP."""
+    return bool(getattr(getattr(get_method(method), "capabilities", None), "jacobian", True))
 
 
 def _rng(seed: int, task: str, s: int, purpose: str) -> np.random.Generator:
@@ -418,13 +431,17 @@ def _summaries(
         quality = checks.get(m, [])
         cos = _mean_or_none([q.cos_true for q in quality])
         cos_mb = _mean_or_none([q.cos_minibatch for q in quality])
+        cos_self = _mean_or_none([q.cos_self for q in quality])
         norm = max((q.grad_norm for q in quality), default=None)
         base: dict[str, object] = {
             "tau": c.tau if c.status != "baseline" else None, "mass": c.mass, "cos_true_mean": cos,
-            "cos_minibatch_mean": cos_mb, "grad_norm_max": norm,
+            "cos_minibatch_mean": cos_mb, "grad_norm_max": norm, "cos_self_mean": cos_self,
         }
         o = outcomes.get(m)
         detail = c.reason if c.status == "approximate" else ""
+        if o is None and not _has_gradient(m):
+            rows[m] = {**base, "verdict": "fails", "detail": "no gradient: the registry gives it no Jacobian", "reached": 0}
+            continue
         if o is None:
             rows[m] = {**base, "verdict": "unreachable", "detail": c.reason, "reached": 0}
             continue
@@ -484,6 +501,7 @@ def _summaries(
                 grad_norm_max=r.get("grad_norm_max"), dead_rows=r.get("dead_rows"),  # type: ignore[arg-type]
                 refused_rows=r.get("refused_rows"), verdict=str(r["verdict"]), detail=str(r.get("detail", "")),  # type: ignore[arg-type]
                 seconds=float(r.get("seconds", 0.0)),  # type: ignore[arg-type]
+                cos_self_mean=r.get("cos_self_mean"),  # type: ignore[arg-type]
             )
         )
     return out
@@ -554,14 +572,21 @@ def train_probe(
             for m in config.methods:
                 for lv in check_levels:
                     c = cal[(m, lv.label)]
-                    if c.tau is None:
+                    if c.tau is None or not _has_gradient(m):
                         continue
-                    qs = [gradient_quality(task, t, inst, m, c.tau) for t in truths]
+                    qs = [
+                        gradient_quality(
+                            task, t, inst, m, c.tau,
+                            seeds=(step_seed(config.seed, 10**9 + i), step_seed(config.seed, 2 * 10**9 + i))
+                            if _is_stochastic(m) else None,
+                        )
+                        for i, t in enumerate(truths)
+                    ]
                     quality[(m, lv.label)] = qs
                     checks_out.extend(
                         GradCheckRow(
                             task.name, m, lv.label, c.tau, t.point, t.metric, q.cos_true, q.cos_minibatch,
-                            q.grad_norm, q.dead_rows, q.refused_rows, t.split_half,
+                            q.grad_norm, q.dead_rows, q.refused_rows, t.split_half, q.cos_self,
                         )
                         for t, q in zip(truths, qs, strict=True)
                     )
@@ -572,8 +597,8 @@ def train_probe(
             outcomes: dict[str, TrainOutcome] = {}
             for m in config.methods:
                 c = cal[(m, lv.label)]
-                if c.tau is not None:
-                    o = train(task, data, m, c.tau, train_config)
+                if c.tau is not None and _has_gradient(m):
+                    o = train(task, data, m, c.tau, train_config, reseed=config.seed if _is_stochastic(m) else None)
                     outcomes[m] = o
                     curves[(task.name, m, lv.label)] = (o.steps, o.curves)
                     for s in range(config.seeds):

@@ -49,6 +49,9 @@ class GradQuality:
     grad_norm: float
     dead_rows: float
     refused_rows: float
+    #: Monte Carlo operators: cosine between the full-batch gradients of two independent noise
+    #: seeds (1 = no estimator noise); None for deterministic operators.
+    cos_self: float | None = None
 
 
 def cosine(a: FloatArray, b: FloatArray) -> float | None:
@@ -98,9 +101,22 @@ def probe_points(theta0: FloatArray, oracle: FloatArray, points: tuple[float, ..
     return [unit(((1 - a) * theta0 + a * oracle)[None]) for a in points]
 
 
-def gradient_quality(task: Task, truth: TrueGradient, inst: Instances, method: str, tau: float) -> GradQuality:
-    """Full-batch and minibatch cosines of ``method``'s gradient with the true gradient."""
-    out = backward(task, truth.theta, inst, method, tau)
+def gradient_quality(
+    task: Task,
+    truth: TrueGradient,
+    inst: Instances,
+    method: str,
+    tau: float,
+    *,
+    seeds: tuple[int, int] | None = None,
+) -> GradQuality:
+    """Full-batch and minibatch cosines of ``method``'s gradient with the true gradient.
+
+    ``seeds``: for a Monte Carlo operator, two noise seeds; the gradient of the first is
+    judged, and ``cos_self`` compares it with the second's.
+    """
+    params = {"seed": seeds[0]} if seeds is not None else None
+    out = backward(task, truth.theta, inst, method, tau, params=params)
     rows = out.grad_theta[0]  # (m, P)
     m = rows.shape[0]
     full = tangent(truth.theta, rows.mean(axis=0)[None])[0]
@@ -112,10 +128,15 @@ def gradient_quality(task: Task, truth: TrueGradient, inst: Instances, method: s
     # a zero minibatch gradient carries no direction: it counts as cosine 0
     mini_values = [c if c is not None else 0.0 for c in mini]
     norm = float(np.linalg.norm(full))
+    cos_self = None
+    if seeds is not None:
+        other = backward(task, truth.theta, inst, method, tau, params={"seed": seeds[1]})
+        cos_self = cosine(full, tangent(truth.theta, other.grad_theta[0].mean(axis=0)[None])[0])
     return GradQuality(
         cos_true=cosine(full, truth.gradient),
         cos_minibatch=float(np.mean(mini_values)) if mini_values and norm > 0 else None,
         grad_norm=norm if np.isfinite(norm) else float("inf"),
         dead_rows=float(out.dead.mean()),
         refused_rows=float(out.refused.mean()),
+        cos_self=cos_self,
     )

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,18 +46,27 @@ def hard_topk(s: FloatArray, k: int) -> FloatArray:
 
 
 def backward(
-    task: Task, theta: FloatArray, inst: Instances, method: str, tau: float, *, straight_through: bool = False
+    task: Task,
+    theta: FloatArray,
+    inst: Instances,
+    method: str,
+    tau: float,
+    *,
+    straight_through: bool = False,
+    params: Mapping[str, int] | None = None,
 ) -> Backward:
     """Loss and per-row parameter gradients of ``task`` through ``method`` at temperature ``tau``.
 
     With ``straight_through`` the loss is taken at the hard top-k and its gradient is passed
-    back through the operator's vector-Jacobian product.
+    back through the operator's vector-Jacobian product. ``params`` are the method's extra
+    parameters (e.g. the ``seed`` of a Monte Carlo method's noise), passed to both calls.
     """
+    kw: dict[str, Any] = {"tau": tau, **(params or {})}
     s = task.scores(theta, inst)
     shape = s.shape
     x, sd = standardise(s)
     flat = x.reshape(-1, shape[-1])
-    r = evaluate(flat, task.k, method, tau=tau)
+    r = evaluate(flat, task.k, method, **kw)
     ok = np.asarray(r.status).reshape(-1) == "ok"
     p = np.where(ok[:, None], np.asarray(r.weights, dtype=np.float64), 0.0).reshape(shape)
     if straight_through:
@@ -66,7 +77,7 @@ def backward(
     rows = np.flatnonzero(ok)
     while rows.size:
         try:
-            g_x[rows] = vjp(flat[rows], task.k, g_p[rows], method, tau=tau)
+            g_x[rows] = vjp(flat[rows], task.k, g_p[rows], method, **kw)
             break
         except NumericalFailureError as exc:  # backward-only failure: drop those rows, retry
             failed = {f.row[0] for f in exc.failures if f.row}
@@ -140,8 +151,20 @@ def _evaluate_metric(task: Task, theta: FloatArray, data: SeedData) -> FloatArra
     return np.asarray(task.metric_value(hard, data.held_out).mean(axis=-1) / data.oracle_metric)
 
 
-def train(task: Task, data: SeedData, method: str, tau: float, config: TrainConfig) -> TrainOutcome:
-    """Train ``task`` through ``method`` at ``tau`` for every seed at once (one call per step)."""
+def step_seed(seed: int, step: int) -> int:
+    """The noise seed of a Monte Carlo operator at one training step (fresh noise every step,
+    the same for every method and seed of the probe: common random numbers)."""
+    return int(np.random.SeedSequence([seed, step]).generate_state(1)[0] >> 1)
+
+
+def train(
+    task: Task, data: SeedData, method: str, tau: float, config: TrainConfig, *, reseed: int | None = None
+) -> TrainOutcome:
+    """Train ``task`` through ``method`` at ``tau`` for every seed at once (one call per step).
+
+    With ``reseed`` (the probe's seed), a method with a ``seed`` parameter gets fresh noise at
+    every step (:func:`step_seed`), as a stochastic operator would in real training.
+    """
     start = time.perf_counter()
     theta = data.theta0.copy()
     seeds = theta.shape[0]
@@ -163,7 +186,8 @@ def train(task: Task, data: SeedData, method: str, tau: float, config: TrainConf
         for s in range(seeds):
             for key in sorted(batch):
                 hashers[s].update(np.ascontiguousarray(batch[key][s]).tobytes())
-        out = backward(task, theta, batch, method, tau, straight_through=config.straight_through)
+        params = {"seed": step_seed(reseed, step)} if reseed is not None else None
+        out = backward(task, theta, batch, method, tau, straight_through=config.straight_through, params=params)
         g = tangent(theta, out.grad_theta.mean(axis=1))
         bad = ~np.isfinite(g).all(axis=-1)
         nonfinite += bad
