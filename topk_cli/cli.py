@@ -440,6 +440,9 @@ def train_probe_command(
         str, typer.Option("--grad-check-hardness", help="Top-k masses at which the gradient is checked.")
     ] = "0.6,0.8,0.95",
     target: Annotated[float, typer.Option("--target", help="'Reached' = metric >= target x the oracle's.")] = 0.9,
+    samples: Annotated[
+        int, typer.Option("--samples", help="Samples per call of Monte Carlo methods (fresh noise every step).")
+    ] = 32,
     quick: Annotated[bool, typer.Option("--quick", help="Smoke run: select only, 60 steps, 2 seeds, no gradient check.")] = False,
     seed: SeedOpt = 0,
     plot: Annotated[
@@ -466,7 +469,7 @@ def train_probe_command(
         tasks=task, methods=resolve_methods(method, default=["all"]), hardness=hardness,
         taus=parse_taus(taus) if taus else (), seeds=seeds, steps=steps, quick=quick, grad_check=grad_check,
         batch=batch, optimizer=optimizer, lr=lr, straight_through=straight_through,
-        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed,
+        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, mc_samples=samples,
     )
     with ProgressReporter("train-probe", enabled=stderr_is_terminal()) as progress:
         result = train_probe(config, progress=progress)

@@ -25,8 +25,9 @@ the mass never gets there or refusals block it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -81,8 +82,11 @@ class _Point:
 class _MassCurve:
     """Mean top-k mass of one method on one batch, cached per tau."""
 
-    def __init__(self, x: FloatArray, k: int, method: str, hard: FloatArray) -> None:
+    def __init__(
+        self, x: FloatArray, k: int, method: str, hard: FloatArray, params: Mapping[str, Any] | None = None
+    ) -> None:
         self.x, self.k, self.method, self.hard = x, k, method, hard
+        self.params: dict[str, Any] = dict(params or {})
         self.cache: dict[float, _Point] = {}
 
     def __call__(self, tau: float) -> _Point:
@@ -92,7 +96,7 @@ class _MassCurve:
 
     def _measure(self, tau: float) -> _Point:
         try:
-            r = evaluate(self.x, self.k, self.method, tau=tau)
+            r = evaluate(self.x, self.k, self.method, tau=tau, **self.params)
         except InvalidArgumentError:  # tau below what the method can represent for this spread
             return _Point(tau, None, 1.0)
         ok = np.asarray(r.status).reshape(-1) == "ok"
@@ -133,10 +137,10 @@ def tau_grid(x: FloatArray) -> tuple[float, ...]:
     return tuple(scale * 10.0 ** (GRID_TOP - j / GRID_PER_DECADE) for j in range(count))
 
 
-def topk_mass(x: ArrayLike, k: int, method: str, tau: float) -> tuple[float | None, float]:
+def topk_mass(x: ArrayLike, k: int, method: str, tau: float, **params: Any) -> tuple[float | None, float]:
     """``(mean top-k mass over the rows computed, share of rows refused)`` of ``method`` at ``tau``.
 
-    The mass is None when no row could be computed.
+    The mass is None when no row could be computed; ``params`` go to the method (e.g. ``samples``).
 
     >>> mass, refused = topk_mass([[1.0, 0.0]], 1, "grad", 1.0)  # softmax: e / (e + 1)
     >>> round(mass, 4), refused
@@ -144,7 +148,7 @@ def topk_mass(x: ArrayLike, k: int, method: str, tau: float) -> tuple[float | No
     """
     get_method(method)
     arr, k_int, hard = _batch(x, k)
-    point = _MassCurve(arr, k_int, method, hard)(float(tau))
+    point = _MassCurve(arr, k_int, method, hard, params)(float(tau))
     return point.mass, point.refused
 
 
@@ -155,6 +159,7 @@ def calibrate_hardness(
     targets: Sequence[float],
     *,
     max_refused: float = DEFAULT_MAX_REFUSED,
+    params: Mapping[str, Any] | None = None,
 ) -> tuple[HardnessMatch, ...]:
     """The largest tau at which ``method``'s mean top-k mass on ``x`` reaches each target.
 
@@ -164,6 +169,7 @@ def calibrate_hardness(
         method: a registered method name.
         targets: top-k masses, each in ``(mean k/n, 1)``.
         max_refused: largest share of refused rows a qualifying tau may have.
+        params: the method's extra parameters (e.g. ``samples`` and ``seed`` of a Monte Carlo method).
 
     Returns:
         One :class:`HardnessMatch` per target, in the order given. The grid is shared by all
@@ -183,7 +189,7 @@ def calibrate_hardness(
             )
     if not 0.0 <= max_refused < 1.0:
         raise InvalidArgumentError(f"max_refused must be in [0, 1), got {max_refused}")
-    curve = _MassCurve(arr, k_int, method, hard)
+    curve = _MassCurve(arr, k_int, method, hard, params)
     grid = tau_grid(arr)
     pending = {float(h) for h in targets}
     found: dict[float, HardnessMatch] = {}
@@ -207,13 +213,14 @@ def calibrate_hardness(
 
 
 def tau_for_hardness(
-    x: ArrayLike, k: int, method: str, hardness: float, *, max_refused: float = DEFAULT_MAX_REFUSED
+    x: ArrayLike, k: int, method: str, hardness: float, *, max_refused: float = DEFAULT_MAX_REFUSED, **params: Any
 ) -> HardnessMatch:
     """The largest tau at which ``method`` puts a mean share ``hardness`` of its mass on the true top-k.
 
     ``hardness`` is the mean over the rows of ``x`` of ``sum_i h_i p_i / k`` (``h`` the hard
     top-k), in ``(k/n, 1)``; at most ``max_refused`` of the rows may be refused at that tau. The
-    result's ``status`` is ``"unreachable"`` (with a reason) when no tau qualifies.
+    result's ``status`` is ``"unreachable"`` (with a reason) when no tau qualifies. ``params`` go
+    to the method, as in :func:`topk_cli.evaluate`.
 
     Raises:
         InvalidArgumentError: bad ``x``, ``k``, method, or ``hardness`` outside ``(k/n, 1)``.
@@ -224,7 +231,7 @@ def tau_for_hardness(
     >>> tau_for_hardness([3.0, 2.0, 1.0, 0.0], 2, "hard", 0.9).reason
     'the top-k mass is 1 at every tau'
     """
-    return calibrate_hardness(x, k, method, [hardness], max_refused=max_refused)[0]
+    return calibrate_hardness(x, k, method, [hardness], max_refused=max_refused, params=params)[0]
 
 
 def _qualifies(point: _Point, target: float, max_refused: float) -> bool:

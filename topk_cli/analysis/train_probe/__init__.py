@@ -111,6 +111,8 @@ class ProbeConfig:
     grad_check_instances: int = 500
     grad_check_pairs: int = 128
     grad_check_sigma: float = 0.05
+    #: Samples per call of a Monte Carlo operator (a method with a ``samples`` parameter).
+    mc_samples: int = 32
 
     @property
     def learning_rate(self) -> float:
@@ -274,6 +276,12 @@ def _is_stochastic(method: str) -> bool:
     return any(getattr(p, "name", None) == "seed" for p in getattr(get_method(method), "parameters", ()))
 
 
+def _method_params(method: str, config: ProbeConfig) -> dict[str, int]:
+    """Extra parameters the probe sets: ``samples`` of a Monte Carlo operator (``--samples``)."""
+    names = {getattr(p, "name", None) for p in getattr(get_method(method), "parameters", ())}
+    return {"samples": config.mc_samples} if "samples" in names else {}
+
+
 def _has_gradient(method: str) -> bool:
     """False for a method the registry says has no Jacobian / VJP."""
     return bool(getattr(getattr(get_method(method), "capabilities", None), "jacobian", True))
@@ -342,7 +350,7 @@ def _validate(config: ProbeConfig) -> None:
         "--seeds": (config.seeds, 1), "--steps": (config.steps, 1), "--batch": (config.batch, 1),
         "eval_every": (config.eval_every, 1), "eval_instances": (config.eval_instances, 1),
         "calibration_rows": (config.calibration_rows, 1), "grad_check_instances": (config.grad_check_instances, 32),
-        "grad_check_pairs": (config.grad_check_pairs, 2),
+        "grad_check_pairs": (config.grad_check_pairs, 2), "--samples": (config.mc_samples, 2),
     }
     for name, (value, low_int) in checks.items():
         if value < low_int:
@@ -369,12 +377,13 @@ def _calibrate(
     x, _ = standardise(task.scores(data.theta0[:1], inst))
     x = x.reshape(-1, task.n)
     targets = [lv.hardness for lv in levels if lv.hardness is not None]
-    matches = iter(calibrate_hardness(x, task.k, method, targets) if targets else ())
+    params = _method_params(method, config)
+    matches = iter(calibrate_hardness(x, task.k, method, targets, params=params) if targets else ())
     out = []
     for lv in levels:
         if lv.hardness is None:
             assert lv.tau is not None
-            mass, refused = topk_mass(x, task.k, method, lv.tau)
+            mass, refused = topk_mass(x, task.k, method, lv.tau, **params)
             out.append(Calibration(task.name, method, lv.label, lv.tau, mass, refused, "fixed"))
             continue
         m = next(matches)
@@ -579,6 +588,7 @@ def train_probe(
                             task, t, inst, m, c.tau,
                             seeds=(step_seed(config.seed, 10**9 + i), step_seed(config.seed, 2 * 10**9 + i))
                             if _is_stochastic(m) else None,
+                            params=_method_params(m, config),
                         )
                         for i, t in enumerate(truths)
                     ]
@@ -598,7 +608,10 @@ def train_probe(
             for m in config.methods:
                 c = cal[(m, lv.label)]
                 if c.tau is not None and _has_gradient(m):
-                    o = train(task, data, m, c.tau, train_config, reseed=config.seed if _is_stochastic(m) else None)
+                    o = train(
+                        task, data, m, c.tau, train_config, reseed=config.seed if _is_stochastic(m) else None,
+                        params=_method_params(m, config),
+                    )
                     outcomes[m] = o
                     curves[(task.name, m, lv.label)] = (o.steps, o.curves)
                     for s in range(config.seeds):

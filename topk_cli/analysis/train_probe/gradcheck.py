@@ -109,14 +109,15 @@ def gradient_quality(
     tau: float,
     *,
     seeds: tuple[int, int] | None = None,
+    params: dict[str, int] | None = None,
 ) -> GradQuality:
     """Full-batch and minibatch cosines of ``method``'s gradient with the true gradient.
 
     ``seeds``: for a Monte Carlo operator, two noise seeds; the gradient of the first is
-    judged, and ``cos_self`` compares it with the second's.
+    judged, and ``cos_self`` compares it with the second's. ``params`` go to the method.
     """
-    params = {"seed": seeds[0]} if seeds is not None else None
-    out = backward(task, truth.theta, inst, method, tau, params=params)
+    base = dict(params or {})
+    out = backward(task, truth.theta, inst, method, tau, params={**base, **({"seed": seeds[0]} if seeds else {})})
     rows = out.grad_theta[0]  # (m, P)
     m = rows.shape[0]
     full = tangent(truth.theta, rows.mean(axis=0)[None])[0]
@@ -130,7 +131,7 @@ def gradient_quality(
     norm = float(np.linalg.norm(full))
     cos_self = None
     if seeds is not None:
-        other = backward(task, truth.theta, inst, method, tau, params={"seed": seeds[1]})
+        other = backward(task, truth.theta, inst, method, tau, params={**base, "seed": seeds[1]})
         cos_self = cosine(full, tangent(truth.theta, other.grad_theta[0].mean(axis=0)[None])[0])
     return GradQuality(
         cos_true=cosine(full, truth.gradient),

@@ -158,12 +158,20 @@ def step_seed(seed: int, step: int) -> int:
 
 
 def train(
-    task: Task, data: SeedData, method: str, tau: float, config: TrainConfig, *, reseed: int | None = None
+    task: Task,
+    data: SeedData,
+    method: str,
+    tau: float,
+    config: TrainConfig,
+    *,
+    reseed: int | None = None,
+    params: Mapping[str, int] | None = None,
 ) -> TrainOutcome:
     """Train ``task`` through ``method`` at ``tau`` for every seed at once (one call per step).
 
     With ``reseed`` (the probe's seed), a method with a ``seed`` parameter gets fresh noise at
-    every step (:func:`step_seed`), as a stochastic operator would in real training.
+    every step (:func:`step_seed`), as a stochastic operator would in real training. ``params``
+    go to the method at every step (e.g. ``samples``).
     """
     start = time.perf_counter()
     theta = data.theta0.copy()
@@ -186,8 +194,8 @@ def train(
         for s in range(seeds):
             for key in sorted(batch):
                 hashers[s].update(np.ascontiguousarray(batch[key][s]).tobytes())
-        params = {"seed": step_seed(reseed, step)} if reseed is not None else None
-        out = backward(task, theta, batch, method, tau, straight_through=config.straight_through, params=params)
+        step_params = {**(params or {}), **({"seed": step_seed(reseed, step)} if reseed is not None else {})}
+        out = backward(task, theta, batch, method, tau, straight_through=config.straight_through, params=step_params)
         g = tangent(theta, out.grad_theta.mean(axis=1))
         bad = ~np.isfinite(g).all(axis=-1)
         nonfinite += bad
