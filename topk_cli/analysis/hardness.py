@@ -55,7 +55,8 @@ MAX_REFINEMENTS = 30
 class HardnessMatch:
     """The tau of one method at one target hardness.
 
-    ``status`` is ``"ok"`` (``tau`` reaches ``mass`` within 1e-4 above ``target``),
+    ``status`` is ``"ok"`` (``mass`` at ``tau`` is at most 5e-3 above ``target``, normally
+    within 1e-4),
     ``"approximate"`` (the mean mass jumps over ``target``, e.g. at a pole of some row: ``tau`` is
     the tried tau whose mass came closest from above; ``reason`` says where it jumps),
     ``"constant"`` (the mass does not depend on tau, e.g. the hard top-k: ``tau`` None, ``mass``
