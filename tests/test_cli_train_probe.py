@@ -57,6 +57,15 @@ def test_plot_is_written(tmp_path: Path) -> None:
     json.loads(r.stdout)
 
 
+def test_n_and_k_override_the_task_sizes() -> None:
+    r = run(*SMALL, "-m", "thre-laplace", "-n", "12", "-k", "2", "--steps", "5", "--format", "json")
+    assert r.exit_code == 0, r.output
+    (task,) = json.loads(r.stdout)["tasks"]
+    assert (task["n"], task["k"], task["chance"]) == (12, 2, 2 / 12)
+    bad = run(*SMALL, "-n", "12", "-k", "12")
+    assert bad.exit_code == 2 and "-k must satisfy 1 <= k < n" in bad.stderr
+
+
 def test_usage_errors_exit_2() -> None:
     for args in (
         ["--task", "nope"], ["--hardness", "0.1"], ["--hardness", "x"], ["--optimizer", "rmsprop"],

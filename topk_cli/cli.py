@@ -424,6 +424,10 @@ def train_probe_command(
     taus: Annotated[
         Optional[str], typer.Option("--taus", help="Fixed taus instead of (or with --hardness, as well as) calibrated ones: a,b,c or START:STOP:COUNT.", show_default=False)
     ] = None,
+    n: Annotated[Optional[int], typer.Option("-n", help="Items per instance for every task (default 20).", show_default=False)] = None,
+    k: Annotated[
+        Optional[int], typer.Option("-k", help="Selection size for every task (default: select 3, knn 5, topk-sum 3).", show_default=False)
+    ] = None,
     seeds: Annotated[Optional[int], typer.Option("--seeds", help="Paired seeds (default 3; 2 with --quick).", show_default=False)] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Optimiser steps (default 100; 60 with --quick).", show_default=False)] = None,
     batch: Annotated[int, typer.Option("--batch", help="Minibatch size.")] = 32,
@@ -469,7 +473,7 @@ def train_probe_command(
         tasks=task, methods=resolve_methods(method, default=["all"]), hardness=hardness,
         taus=parse_taus(taus) if taus else (), seeds=seeds, steps=steps, quick=quick, grad_check=grad_check,
         batch=batch, optimizer=optimizer, lr=lr, straight_through=straight_through,
-        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, mc_samples=samples,
+        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, mc_samples=samples, n=n, k=k,
     )
     with ProgressReporter("train-probe", enabled=stderr_is_terminal()) as progress:
         result = train_probe(config, progress=progress)

@@ -41,7 +41,7 @@ def train_probe_document(result: TrainProbeResult) -> dict[str, Any]:
             "seeds": c.seeds, "steps": c.steps, "batch": c.batch, "optimizer": c.optimizer, "lr": c.learning_rate,
             "scale": "fixed", "straight_through": c.straight_through, "target": c.target, "seed": c.seed,
             "eval_every": c.eval_every, "eval_instances": c.eval_instances, "calibration_rows": c.calibration_rows,
-            "mc_samples": c.mc_samples,
+            "mc_samples": c.mc_samples, "n": c.n, "k": c.k,
             "grad_check": (
                 {
                     "hardness": [lv.hardness for lv in result.check_levels if lv.hardness is not None],

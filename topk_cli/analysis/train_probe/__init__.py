@@ -39,6 +39,7 @@ from topk_cli.analysis.train_probe.config import (
     parse_tasks,
     probe_config,
     probe_levels,
+    resolve_task,
     validate,
 )
 from topk_cli.analysis.train_probe.gradcheck import (
@@ -199,7 +200,7 @@ def train_probe(
         steps=config.steps, batch=config.batch, optimizer=config.optimizer, lr=config.learning_rate,
         eval_every=config.eval_every, target=config.target, straight_through=config.straight_through,
     )
-    tasks = [TASKS[name] for name in config.tasks]
+    tasks = [resolve_task(name, config) for name in config.tasks]
     total = len(tasks) * len(config.methods) * (1 + len(levels) + (1 if config.grad_check else 0))
     done = 0
     infos: list[TaskInfo] = []

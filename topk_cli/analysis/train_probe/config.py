@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from topk_cli.analysis.train_probe.tasks import DEFAULT_TASKS, TASKS
+from topk_cli.analysis.train_probe.tasks import DEFAULT_TASKS, TASKS, Task
 from topk_cli.api import get_method
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.registry import METHODS
@@ -40,6 +41,9 @@ class ProbeConfig:
     grad_check_sigma: float = 0.05
     #: Samples per call of a Monte Carlo operator (a method with a ``samples`` parameter).
     mc_samples: int = 32
+    #: Override every task's number of items ``n`` and selection size ``k`` (None: the task's own).
+    n: int | None = None
+    k: int | None = None
 
     @property
     def learning_rate(self) -> float:
@@ -67,6 +71,13 @@ def probe_levels(config: ProbeConfig) -> tuple[Level, ...]:
     return tuple(out)
 
 
+def resolve_task(name: str, config: ProbeConfig) -> Task:
+    """Task ``name`` with the configuration's ``n`` and ``k`` overrides applied."""
+    task = TASKS[name]
+    changes = {key: value for key, value in (("n", config.n), ("k", config.k)) if value is not None}
+    return dataclasses.replace(task, **changes) if changes else task  # type: ignore[type-var]
+
+
 def validate(config: ProbeConfig) -> None:
     if not config.tasks:
         raise InvalidArgumentError("--task: give at least one task")
@@ -79,8 +90,12 @@ def validate(config: ProbeConfig) -> None:
         get_method(name)
     if not config.hardness and not config.taus:
         raise InvalidArgumentError("give at least one --hardness level or --taus value")
+    if config.n is not None and config.n < 2:
+        raise InvalidArgumentError(f"-n must be an integer >= 2, got {config.n}")
     for name in config.tasks:
-        task = TASKS[name]
+        task = resolve_task(name, config)
+        if not 1 <= task.k < task.n:
+            raise InvalidArgumentError(f"-k must satisfy 1 <= k < n (n={task.n}) for task {name}, got {task.k}")
         low = task.k / task.n
         for h in (*config.hardness, *config.grad_check_hardness):
             if not (math.isfinite(h) and low < h < 1):
