@@ -200,3 +200,25 @@ def test_sgd_and_straight_through_train_the_exact_operators() -> None:
         assert run.final > run.curve[0][1] + 0.3, run  # learns from chance towards the oracle
     assert sgd.config.learning_rate == 1.0 and adam.config.learning_rate == 0.05
     assert st_run.runs[0].curve != adam.runs[0].curve  # the straight-through loss is a different objective
+
+
+@pytest.mark.parametrize("task_name", list(TASKS))
+def test_free_scale_backprop_matches_finite_differences(task_name: str) -> None:
+    inst, theta = _instances(task_name, 6, seed=1)
+    task = TASKS[task_name]
+
+    def loss(t: np.ndarray) -> float:
+        p = st.soft_topk(task.scores(t, inst), task.k, "thre-laplace", tau=2.0)
+        return float(task.loss(p, inst)[0].mean())
+
+    grad = backward(task, theta, inst, "thre-laplace", 2.0, free_scale=True).grad_theta.mean(axis=1)[0]
+    fd = np.array([(loss(theta + e) - loss(theta - e)) / 2e-6 for e in 1e-6 * np.eye(task.params)[:, None, :]])
+    assert np.linalg.norm(grad - fd) <= 1e-6 * max(1.0, np.linalg.norm(fd))
+
+
+def test_free_scale_lets_the_model_grow_its_scores() -> None:
+    fixed = train_probe(_small(methods=("thre-laplace",), seeds=1, steps=20))
+    free = train_probe(_small(methods=("thre-laplace",), seeds=1, steps=20, scale="free"))
+    assert fixed.runs[0].curve != free.runs[0].curve
+    assert free.runs[0].final > free.runs[0].curve[0][1] + 0.3
+    assert train_probe_document(free)["config"]["scale"] == "free"

@@ -433,6 +433,9 @@ def train_probe_command(
     batch: Annotated[int, typer.Option("--batch", help="Minibatch size.")] = 32,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adam or sgd.")] = "adam",
     lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (default 0.05 for Adam, 1.0 for SGD).", show_default=False)] = None,
+    scale: Annotated[
+        str, typer.Option("--scale", help="fixed: row z-scores, unit-norm parameters; free: raw scores (a stress test).")
+    ] = "fixed",
     straight_through: Annotated[
         bool, typer.Option("--straight-through", help="Hard top-k forward, the operator's gradient backward.")
     ] = False,
@@ -473,7 +476,7 @@ def train_probe_command(
         tasks=task, methods=resolve_methods(method, default=["all"]), hardness=hardness,
         taus=parse_taus(taus) if taus else (), seeds=seeds, steps=steps, quick=quick, grad_check=grad_check,
         batch=batch, optimizer=optimizer, lr=lr, straight_through=straight_through,
-        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, mc_samples=samples, n=n, k=k,
+        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, mc_samples=samples, n=n, k=k, scale=scale,
     )
     with ProgressReporter("train-probe", enabled=stderr_is_terminal()) as progress:
         result = train_probe(config, progress=progress)

@@ -39,7 +39,7 @@ def train_probe_document(result: TrainProbeResult) -> dict[str, Any]:
         "config": {
             "tasks": list(c.tasks), "methods": list(c.methods), "hardness": list(c.hardness), "taus": list(c.taus),
             "seeds": c.seeds, "steps": c.steps, "batch": c.batch, "optimizer": c.optimizer, "lr": c.learning_rate,
-            "scale": "fixed", "straight_through": c.straight_through, "target": c.target, "seed": c.seed,
+            "scale": c.scale, "straight_through": c.straight_through, "target": c.target, "seed": c.seed,
             "eval_every": c.eval_every, "eval_instances": c.eval_instances, "calibration_rows": c.calibration_rows,
             "mc_samples": c.mc_samples, "n": c.n, "k": c.k,
             "grad_check": (
@@ -184,9 +184,13 @@ def _header(result: TrainProbeResult) -> Text:
         f"softtopk train-probe: {len(c.tasks)} task(s) x {methods} methods x {levels} x {c.seeds} paired seeds, "
         f"{opt}{', straight-through' if c.straight_through else ''}; {result.elapsed_s:.1f} s\n"
     )
+    scale = (
+        "scores standardised per row: tau is in units of the row's score sd" if c.scale == "fixed"
+        else "free scale: raw scores, calibrated on the initial ones; the model can sharpen itself"
+    )
     text.append(
         "tau is set per method and task so that the mean share of the soft mass on the true top-k equals the target\n"
-        "(scores standardised per row: tau is in units of the row's score sd); metrics use the hard top-k on held-out data."
+        f"({scale}); metrics use the hard top-k on held-out data."
     )
     return text
 

@@ -139,7 +139,8 @@ def _calibrate(
     rng = _rng(config.seed, task.name, 0, "calibration")
     _, hidden = task.truth(_rng(config.seed, task.name, 0, "truth"))
     inst = {key: value[None] for key, value in task.instances(rng, hidden, config.calibration_rows).items()}
-    x, _ = standardise(task.scores(data.theta0[:1], inst))
+    s = task.scores(data.theta0[:1], inst)
+    x = s if config.scale == "free" else standardise(s)[0]
     x = x.reshape(-1, task.n)
     targets = [lv.hardness for lv in levels if lv.hardness is not None]
     params = method_params(method, config)
@@ -199,6 +200,7 @@ def train_probe(
     train_config = TrainConfig(
         steps=config.steps, batch=config.batch, optimizer=config.optimizer, lr=config.learning_rate,
         eval_every=config.eval_every, target=config.target, straight_through=config.straight_through,
+        free_scale=config.scale == "free",
     )
     tasks = [resolve_task(name, config) for name in config.tasks]
     total = len(tasks) * len(config.methods) * (1 + len(levels) + (1 if config.grad_check else 0))
@@ -247,7 +249,7 @@ def train_probe(
                             task, t, inst, m, c.tau,
                             seeds=(step_seed(config.seed, 10**9 + i), step_seed(config.seed, 2 * 10**9 + i))
                             if is_stochastic(m) else None,
-                            params=method_params(m, config),
+                            params=method_params(m, config), free_scale=config.scale == "free",
                         )
                         for i, t in enumerate(truths)
                     ]

@@ -44,6 +44,9 @@ class ProbeConfig:
     #: Override every task's number of items ``n`` and selection size ``k`` (None: the task's own).
     n: int | None = None
     k: int | None = None
+    #: ``fixed``: the operator sees row z-scores and the parameters keep unit norm (tau means a
+    #: fraction of the row's score sd); ``free``: raw scores, the model may sharpen itself.
+    scale: str = "fixed"
 
     @property
     def learning_rate(self) -> float:
@@ -114,6 +117,8 @@ def validate(config: ProbeConfig) -> None:
     for name, (value, low_int) in checks.items():
         if value < low_int:
             raise InvalidArgumentError(f"{name} must be >= {low_int}, got {value}")
+    if config.scale not in ("fixed", "free"):
+        raise InvalidArgumentError(f"--scale must be fixed or free, got {config.scale!r}")
     if config.optimizer not in ("adam", "sgd"):
         raise InvalidArgumentError(f"--optimizer must be adam or sgd, got {config.optimizer!r}")
     if not (math.isfinite(config.learning_rate) and config.learning_rate > 0):

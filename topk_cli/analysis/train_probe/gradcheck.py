@@ -110,14 +110,20 @@ def gradient_quality(
     *,
     seeds: tuple[int, int] | None = None,
     params: dict[str, int] | None = None,
+    free_scale: bool = False,
 ) -> GradQuality:
     """Full-batch and minibatch cosines of ``method``'s gradient with the true gradient.
 
     ``seeds``: for a Monte Carlo operator, two noise seeds; the gradient of the first is
-    judged, and ``cos_self`` compares it with the second's. ``params`` go to the method.
+    judged, and ``cos_self`` compares it with the second's. ``params`` go to the method. Only the
+    tangent part of the gradient is compared (the hard loss does not depend on the norm of
+    ``theta``), also with ``free_scale``.
     """
     base = dict(params or {})
-    out = backward(task, truth.theta, inst, method, tau, params={**base, **({"seed": seeds[0]} if seeds else {})})
+    out = backward(
+        task, truth.theta, inst, method, tau, params={**base, **({"seed": seeds[0]} if seeds else {})},
+        free_scale=free_scale,
+    )
     rows = out.grad_theta[0]  # (m, P)
     m = rows.shape[0]
     full = tangent(truth.theta, rows.mean(axis=0)[None])[0]
@@ -131,7 +137,7 @@ def gradient_quality(
     norm = float(np.linalg.norm(full))
     cos_self = None
     if seeds is not None:
-        other = backward(task, truth.theta, inst, method, tau, params={**base, "seed": seeds[1]})
+        other = backward(task, truth.theta, inst, method, tau, params={**base, "seed": seeds[1]}, free_scale=free_scale)
         cos_self = cosine(full, tangent(truth.theta, other.grad_theta[0].mean(axis=0)[None])[0])
     return GradQuality(
         cos_true=cosine(full, truth.gradient),

@@ -54,17 +54,19 @@ def backward(
     *,
     straight_through: bool = False,
     params: Mapping[str, int] | None = None,
+    free_scale: bool = False,
 ) -> Backward:
     """Loss and per-row parameter gradients of ``task`` through ``method`` at temperature ``tau``.
 
     With ``straight_through`` the loss is taken at the hard top-k and its gradient is passed
     back through the operator's vector-Jacobian product. ``params`` are the method's extra
-    parameters (e.g. the ``seed`` of a Monte Carlo method's noise), passed to both calls.
+    parameters (e.g. the ``seed`` of a Monte Carlo method's noise), passed to both calls. With
+    ``free_scale`` the operator sees the raw scores instead of their row z-scores.
     """
     kw: dict[str, Any] = {"tau": tau, **(params or {})}
     s = task.scores(theta, inst)
     shape = s.shape
-    x, sd = standardise(s)
+    x, sd = (s, np.ones((*shape[:-1], 1))) if free_scale else standardise(s)
     flat = x.reshape(-1, shape[-1])
     r = evaluate(flat, task.k, method, **kw)
     ok = np.asarray(r.status).reshape(-1) == "ok"
@@ -91,7 +93,7 @@ def backward(
     ok &= finite
     g_x[~ok] = 0.0
     dead = ~ok | (np.linalg.norm(g_x, axis=-1) < DEAD_ROW)
-    g_s = standardise_backward(x, sd, g_x.reshape(shape))
+    g_s = g_x.reshape(shape) if free_scale else standardise_backward(x, sd, g_x.reshape(shape))
     grad = task.scores_backward(theta, inst, g_s)
     refused = ~ok.reshape(shape[:-1])
     return Backward(
@@ -115,6 +117,7 @@ class TrainConfig:
     eval_every: int
     target: float
     straight_through: bool = False
+    free_scale: bool = False  # raw scores, parameters free to grow (else z-scores, unit norm)
 
 
 @dataclass(frozen=True)
@@ -195,8 +198,13 @@ def train(
             for key in sorted(batch):
                 hashers[s].update(np.ascontiguousarray(batch[key][s]).tobytes())
         step_params = {**(params or {}), **({"seed": step_seed(reseed, step)} if reseed is not None else {})}
-        out = backward(task, theta, batch, method, tau, straight_through=config.straight_through, params=step_params)
-        g = tangent(theta, out.grad_theta.mean(axis=1))
+        out = backward(
+            task, theta, batch, method, tau, straight_through=config.straight_through, params=step_params,
+            free_scale=config.free_scale,
+        )
+        g = out.grad_theta.mean(axis=1)
+        if not config.free_scale:  # the loss does not depend on the norm: keep the tangent part
+            g = tangent(theta, g)
         bad = ~np.isfinite(g).all(axis=-1)
         nonfinite += bad
         g[bad] = 0.0
@@ -211,7 +219,7 @@ def train(
             update = config.lr * m_hat / (np.sqrt(v_hat) + ADAM_EPS)
         else:
             update = config.lr * g
-        theta = unit(theta - update)
+        theta = theta - update if config.free_scale else unit(theta - update)
         if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
             evals.append(step + 1)
             curve.append(_evaluate_metric(task, theta, data))
