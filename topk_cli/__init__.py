@@ -5,6 +5,7 @@
 array([0., 1., 0.])
 """
 
+from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
 from topk_cli.api import (
     TopKResult,
     TopKSum,
@@ -35,6 +36,7 @@ __all__ = [
     "METHODS",
     "Capabilities",
     "Guarantees",
+    "HardnessMatch",
     "InputError",
     "InvalidArgumentError",
     "MethodSpec",
@@ -53,6 +55,7 @@ __all__ = [
     "scaled_scores",
     "soft_topk",
     "soft_topk_sum",
+    "tau_for_hardness",
     "trace_grad_recursive",
     "vjp",
 ]

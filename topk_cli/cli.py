@@ -66,6 +66,14 @@ OutputOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random generator (results are deterministic).")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when a failure is found (for CI).")]
+HardnessOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--hardness",
+        help="Instead of --tau: per method, the tau at which the mean top-k mass (share of the weight on the true top-k) is H, in (k/n, 1).",
+        show_default=False,
+    ),
+]
 
 
 def _version_callback(value: bool) -> None:
@@ -210,6 +218,7 @@ def compute(
     tol: Annotated[
         Optional[float], typer.Option("--tol", help="Convergence tolerance (iterative solvers that take it).", show_default=False)
     ] = None,
+    hardness: HardnessOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
 ) -> None:
@@ -228,10 +237,16 @@ def compute(
     given = {"samples": samples, "seed": seed, "max_iter": max_iter, "tol": tol}
     params = {name: value for name, value in given.items() if value is not None}
     report = build_compute_report(
-        data, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params
+        data, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params,
+        hardness=hardness,
     )
     rendered = render_compute(report, fmt, color=color_enabled() and output is None)
     write_text(rendered.text, output)
+    if hardness is not None and fmt is not OutputFormat.table:
+        from topk_cli.render.compute import hardness_lines
+
+        for line in hardness_lines(report):
+            typer.echo(f"softtopk: note: {line}", err=True)
     for note in rendered.notes:
         typer.echo(f"softtopk: note: {note}", err=True)
     for warning in compute_warnings(report):
@@ -321,6 +336,7 @@ def temperature_sweep_command(
     plot: Annotated[
         Optional[Path], typer.Option("--plot", help="Save a PNG: error vs gradient signal (needs matplotlib).", show_default=False)
     ] = None,
+    hardness: HardnessOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
 ) -> None:
@@ -345,7 +361,7 @@ def temperature_sweep_command(
         x = data.values[row].tolist()
     names = resolve_methods(method, default=["all"])
     with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
-        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, progress=progress)
+        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
     png = render_plot_png(result) if plot is not None else None
     write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:
@@ -408,6 +424,99 @@ def stability_probe_command(
         )
     write_text(render_probe(report, fmt, color=color_enabled() and output is None), output)
     if strict and report.failed:
+        raise typer.Exit(code=1)
+
+
+@app.command(
+    "train-probe",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk train-probe --quick\n"
+        "  softtopk train-probe --plot train_probe.png\n"
+        "  softtopk train-probe --task all --steps 150 --seeds 5 --hardness 0.6,0.8,0.95\n"
+        "  softtopk train-probe -m thre-laplace --taus 0.1 --no-grad-check --strict"
+    ),
+)
+@boundary
+def train_probe_command(
+    method: MethodOpt = None,
+    task: Annotated[
+        Optional[list[str]],
+        typer.Option("--task", help="select, topk-sum, knn (repeatable or comma-separated), or 'all'. Default: select,knn.", show_default=False),
+    ] = None,
+    hardness: Annotated[
+        Optional[str],
+        typer.Option("--hardness", help="Top-k masses to train at, tau calibrated per method and task (e.g. 0.8 or 0.6,0.8). Default 0.8.", show_default=False),
+    ] = None,
+    taus: Annotated[
+        Optional[str], typer.Option("--taus", help="Fixed taus instead of (or with --hardness, as well as) calibrated ones: a,b,c or START:STOP:COUNT.", show_default=False)
+    ] = None,
+    n: Annotated[Optional[int], typer.Option("-n", help="Items per instance for every task (default 20).", show_default=False)] = None,
+    k: Annotated[
+        Optional[int], typer.Option("-k", help="Selection size for every task (default: select 3, knn 5, topk-sum 3).", show_default=False)
+    ] = None,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", help="Paired seeds (default 3; 2 with --quick).", show_default=False)] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimiser steps (default 100; 60 with --quick).", show_default=False)] = None,
+    batch: Annotated[int, typer.Option("--batch", help="Minibatch size.")] = 32,
+    optimizer: Annotated[str, typer.Option("--optimizer", help="adam or sgd.")] = "adam",
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (default 0.05 for Adam, 1.0 for SGD).", show_default=False)] = None,
+    scale: Annotated[
+        str, typer.Option("--scale", help="fixed: row z-scores, unit-norm parameters; free: raw scores (a stress test).")
+    ] = "fixed",
+    straight_through: Annotated[
+        bool, typer.Option("--straight-through", help="Hard top-k forward, the operator's gradient backward.")
+    ] = False,
+    grad_check: Annotated[
+        Optional[bool],
+        typer.Option("--grad-check/--no-grad-check", help="Cosine to the true gradient (default on; off with --quick).", show_default=False),
+    ] = None,
+    grad_check_hardness: Annotated[
+        str, typer.Option("--grad-check-hardness", help="Top-k masses at which the gradient is checked.")
+    ] = "0.6,0.8,0.95",
+    target: Annotated[float, typer.Option("--target", help="'Reached' = metric >= target x the oracle's.")] = 0.9,
+    samples: Annotated[
+        int, typer.Option("--samples", help="Samples per call of Monte Carlo methods (fresh noise every step).")
+    ] = 32,
+    quick: Annotated[bool, typer.Option("--quick", help="Smoke run: select only, 60 steps, 2 seeds, no gradient check.")] = False,
+    seed: SeedOpt = 0,
+    plot: Annotated[
+        Optional[Path], typer.Option("--plot", help="Save a PNG: learning curves and cos(true) against hardness (needs matplotlib).", show_default=False)
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when a selected method fails, is anti-aligned, unreachable or refuses > 1% of rows.")
+    ] = False,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+) -> None:
+    """Which operator to train through: train every method at equal hardness on tasks with a known answer.
+
+    Per task and method: tau calibrated to the target top-k mass, learning curves of the hard
+    metric on held-out data over paired seeds, the gradient's cosine to the true gradient, dead
+    and refused rows, and a verdict (tied / worse / fails / anti-aligned / unreachable / baseline).
+    """
+    from topk_cli.analysis.sweep import parse_taus
+    from topk_cli.analysis.train_probe import parse_hardness, probe_config, train_probe
+    from topk_cli.render.common import ProgressReporter
+    from topk_cli.render.train_probe import render_train_probe, render_train_probe_png
+
+    config = probe_config(
+        tasks=task, methods=resolve_methods(method, default=["all"]), hardness=hardness,
+        taus=parse_taus(taus) if taus else (), seeds=seeds, steps=steps, quick=quick, grad_check=grad_check,
+        batch=batch, optimizer=optimizer, lr=lr, straight_through=straight_through,
+        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, mc_samples=samples, n=n, k=k, scale=scale,
+    )
+    with ProgressReporter("train-probe", enabled=stderr_is_terminal()) as progress:
+        result = train_probe(config, progress=progress)
+    png = render_train_probe_png(result) if plot is not None else None
+    write_text(render_train_probe(result, fmt, color=color_enabled() and output is None), output)
+    if png is not None and plot is not None:
+        write_bytes(png, plot)
+        typer.echo(f"softtopk: note: plot written to {plot}", err=True)
+    for warning in result.warnings:
+        typer.echo(f"softtopk: warning: {warning}", err=True)
+    if strict and result.failed:
+        for line in result.failures:
+            typer.echo(f"softtopk: {line}", err=True)
         raise typer.Exit(code=1)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
 from topk_cli.api import evaluate, evaluate_sum, get_method, jacobian, scaled_scores, soft_topk
 from topk_cli.errors import InputError, InvalidArgumentError, RowFailure
 from topk_cli.inputs import LoadedInput
@@ -49,6 +50,9 @@ class MethodRun:
     stderr: NDArray[np.float64] | None = None
     params: Mapping[str, int | float] | None = None
     outlook: RecursionOutlook | None = None
+    #: Under ``--hardness``: the calibration; ``tau`` is its tau (None when unreachable).
+    match: HardnessMatch | None = None
+    tau: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,11 +65,17 @@ class ComputeReport:
     hard: NDArray[np.float64]
     runs: tuple[MethodRun, ...]
     with_sum: bool = False
+    hardness: float | None = None  # --hardness: tau chosen per method (run.tau)
+
+    @property
+    def unreachable(self) -> tuple[MethodRun, ...]:
+        """Methods that cannot reach ``--hardness`` (not computed; the reason is in ``match``)."""
+        return tuple(run for run in self.runs if run.match is not None and run.match.tau is None and run.match.status != "constant")
 
     @property
     def failed(self) -> bool:
-        """True when some method failed on some row (exit code 1)."""
-        return any(run.failures for run in self.runs)
+        """True when some method failed on some row or cannot reach ``--hardness`` (exit code 1)."""
+        return any(run.failures for run in self.runs) or bool(self.unreachable)
 
 
 def build_compute_report(
@@ -77,11 +87,15 @@ def build_compute_report(
     with_jacobian: bool = False,
     with_sum: bool = False,
     params: Mapping[str, int | float] | None = None,
+    hardness: float | None = None,
 ) -> ComputeReport:
     """Run every method on every row of ``data``; failures are recorded per row, not raised.
 
     ``params`` (e.g. ``{"samples": 1000}``) go to the methods that declare them; naming one
-    that no selected method takes is an error (it would silently do nothing).
+    that no selected method takes is an error (it would silently do nothing). With ``hardness``
+    each method runs at its own tau, the largest at which its mean top-k mass over the rows
+    equals ``hardness`` (:func:`topk_cli.tau_for_hardness`); a method that cannot reach it is not
+    computed (weights NaN, status ``unreachable``).
 
     Raises:
         InvalidArgumentError: ``k < 1``, ``tau`` not a finite number > 0, a Jacobian too big,
@@ -122,23 +136,33 @@ def build_compute_report(
     for spec in specs:
         name = spec.name
         own = {key: value for key, value in given.items() if key in {p.name for p in spec.parameters}}
-        result = evaluate(x, k, name, tau=tau, **own)
+        match = tau_for_hardness(x, k, name, hardness, **own) if hardness is not None else None
+        run_tau = tau if match is None or match.status == "constant" else match.tau
+        if run_tau is None:  # cannot reach --hardness: nothing to compute
+            runs.append(
+                MethodRun(
+                    method=name, weights=np.full((rows, n), np.nan), status=np.full(rows, "unreachable"),
+                    failures=(), jacobian=np.full((rows, n, n), np.nan) if with_jacobian else None, match=match,
+                )
+            )
+            continue
+        result = evaluate(x, k, name, tau=run_tau, **own)
         jac = None
         if with_jacobian:
             jac = np.full((rows, n, n), np.nan)
             ok = result.status == "ok"
             if ok.any():
-                jac[ok] = jacobian(x[ok], k, name, tau=tau, **own)
+                jac[ok] = jacobian(x[ok], k, name, tau=run_tau, **own)
         sums = potential = None
         if with_sum:
-            total = evaluate_sum(x, k, name, tau=tau, **own)
+            total = evaluate_sum(x, k, name, tau=run_tau, **own)
             sums = np.asarray(total.value, dtype=np.float64).reshape(rows)
             if total.potential is not None:
                 potential = np.asarray(total.potential, dtype=np.float64).reshape(rows)
         outlook = None
         if spec.stability is not None:
             with np.errstate(all="ignore"):
-                outlook = spec.stability.outlook(scaled_scores(x, k, tau=tau), k, None)
+                outlook = spec.stability.outlook(scaled_scores(x, k, tau=run_tau), k, None)
         runs.append(
             MethodRun(
                 method=name, weights=np.asarray(result.weights, dtype=np.float64),
@@ -146,9 +170,12 @@ def build_compute_report(
                 sums=sums, potential=potential,
                 stderr=None if result.stderr is None else np.asarray(result.stderr, dtype=np.float64).reshape(rows, n),
                 params=dict(result.params), outlook=outlook,
+                match=match, tau=match.tau if match is not None else None,
             )
         )
-    return ComputeReport(k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs), with_sum=with_sum)
+    return ComputeReport(
+        k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs), with_sum=with_sum, hardness=hardness
+    )
 
 
 

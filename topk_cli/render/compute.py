@@ -83,6 +83,23 @@ def _boundary_warnings(report: ComputeReport, run: MethodRun) -> list[str]:
     return lines
 
 
+def hardness_lines(report: ComputeReport) -> list[str]:
+    """Under ``--hardness``: the tau chosen for each method, or why it cannot reach the mass."""
+    lines = []
+    for run in report.runs:
+        m = run.match
+        if m is None:
+            continue
+        if m.status == "constant":
+            lines.append(f"{run.method}: does not depend on tau ({m.reason})")
+        elif m.tau is None:
+            lines.append(f"{run.method}: cannot reach top-k mass {m.target:g}: {m.reason}")
+        else:
+            note = f" ({m.reason})" if m.status != "ok" and m.reason else ""
+            lines.append(f"{run.method}: tau = {m.tau:.6g} gives mean top-k mass {m.mass:.4f}{note}")
+    return lines
+
+
 # ---- table ---------------------------------------------------------------------------------
 
 
@@ -137,10 +154,13 @@ def render_compute_table(
         )
     if report.runs and report.runs[0].jacobian is not None and n > TABLE_MAX_JACOBIAN_N:
         notes.append(f"the table omits Jacobians for n > {TABLE_MAX_JACOBIAN_N}; use --format json")
+    temperature = f"tau={format_float(report.tau)}" if report.hardness is None else f"top-k mass {report.hardness:g}"
     header = Text(
-        f"soft top-k of {data.source}: k={report.k}, tau={format_float(report.tau)}, n={n}"
+        f"soft top-k of {data.source}: k={report.k}, {temperature}, n={n}"
         + (f", {rows} vectors" if rows > 1 else "")
     )
+    if report.hardness is not None:
+        header.append("\n" + "\n".join(hardness_lines(report)))
     return Rendered(_tidy(renderables_to_text([header, *renderables], color=color), color), tuple(notes))
 
 
@@ -310,6 +330,11 @@ def render_compute_json(report: ComputeReport) -> str:
         if report.with_sum and run.sums is not None:
             entry["topk_sum"] = big(_json_floats(run.sums))
             entry["potential"] = None if run.potential is None else big(_json_floats(run.potential))
+        if run.match is not None:  # --hardness: this method's own tau
+            entry.update(
+                tau=run.tau, topk_mass=run.match.mass, hardness_status=run.match.status,
+                hardness_reason=run.match.reason,
+            )
         if run.jacobian is not None:
             entry["jacobian"] = [
                 big(_json_matrix(run.jacobian[r])) if run.status[r] == "ok" else None for r in range(rows)
@@ -317,7 +342,8 @@ def render_compute_json(report: ComputeReport) -> str:
         results.append(entry)
     document = {
         "k": report.k,
-        "tau": report.tau,
+        "tau": report.tau if report.hardness is None else None,
+        **({"hardness": report.hardness} if report.hardness is not None else {}),
         "source": data.source,
         "n": n,
         "rows": rows,
