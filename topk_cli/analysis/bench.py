@@ -193,10 +193,12 @@ def bench(
         raise InvalidArgumentError(f"bench needs a (batch, n) array, got shape {x.shape}")
     if repeats < 1:
         raise InvalidArgumentError(f"--repeats must be >= 1, got {repeats}")
+    if not methods:
+        raise InvalidArgumentError("bench needs at least one method")
     for name in methods:
         get_method(name)
     batch, n = x.shape
-    evaluate(x[:1], k, methods[0] if methods else "hard", tau=tau)  # validates k, tau, values
+    evaluate(x[:1], k, methods[0], tau=tau)  # validates k, tau, values
     base = numpy_baselines(x, k, repeats=repeats, min_time=min_time)
     v = np.random.default_rng(0 if seed is None else seed).standard_normal(x.shape).astype(x.dtype)
     results = []

@@ -117,7 +117,12 @@ def _log_above(top: FloatArray, m: np.ndarray) -> FloatArray:
     return np.where(m > 0, np.log1p(rest), -np.inf)
 
 
-def _saturated_rows(top: FloatArray, k: int) -> np.ndarray:
+def _saturated_rows(z: FloatArray, k: int) -> np.ndarray:
+    """Rows with exactly ``k`` finite entries: every one of them gets weight 1, lambda = -inf."""
+    return np.isfinite(z).sum(axis=1) == k
+
+
+def _saturated_from_top(top: FloatArray, k: int) -> np.ndarray:
     """Rows with exactly ``k`` finite entries: every one of them gets weight 1, lambda = -inf.
 
     ``top`` holds the largest entries sorted (at least ``k``; all of them when ``n = k``). A row
@@ -317,7 +322,7 @@ def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, n
     n = z.shape[1]
     size = min(n, 2 * k)
     top, tail = _split_top(z, size)
-    sat_rows = _saturated_rows(top, k)
+    sat_rows = _saturated_from_top(top, k)
     n_fin = np.isfinite(top).sum(axis=1)  # min(#finite, size): what ``upper`` needs
     s_last, t0 = _tail_mass(top, tail)
     # Log-space guess: G(s_j) from prefix sums a = log sum_{i<=j} e^{-s_i}, c = log sum_{i>j} e^{s_i}.
