@@ -520,6 +520,56 @@ def train_probe_command(
         raise typer.Exit(code=1)
 
 
+@app.command(
+    "bench",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk bench -B 1024 -n 64 -k 2\n"
+        "  softtopk bench -B 1000 -n 1000 -k 10 -m thre-laplace -m grad --dtype float32 --format json\n"
+        "  softtopk bench -k 2 -m all sample_inputs/router_logits.csv"
+    ),
+)
+@boundary
+def bench_command(
+    k: KOpt,
+    input: InputArg = None,
+    batch: Annotated[int, typer.Option("-B", "--batch", help="Rows of random normal scores (without INPUT).")] = 1000,
+    n: Annotated[int, typer.Option("-n", help="Length of each random vector (without INPUT).")] = 1000,
+    method: MethodOpt = None,
+    tau: TauOpt = 1.0,
+    values: ValuesOpt = None,
+    column: ColumnOpt = None,
+    input_format: InputFormatOpt = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 or float64: the dtype timed.")] = "float64",
+    repeats: Annotated[int, typer.Option("--repeats", help="Repeats per measurement (the median is shown).")] = 5,
+    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory (tracemalloc).")] = True,
+    seed: SeedOpt = 0,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+) -> None:
+    """Time forward and VJP of each method on your shape, as ratios to np.exp and np.sort.
+
+    Scores are random normal (-B x -n, --seed) or the vectors of INPUT / --values. Also shows
+    milliseconds and the peak extra memory of one call (tracemalloc). Default: every method.
+    """
+    from topk_cli.analysis.bench import bench, check_dtype, random_scores
+    from topk_cli.render.bench import render_bench
+    from topk_cli.render.common import ProgressReporter
+
+    if input is None and values is None:
+        x = random_scores(batch, n, seed=seed, dtype=dtype)
+        source = f"random normal scores (seed {seed})"
+    else:
+        data = read_vectors(input, values, column, input_format)
+        x = data.values.astype(check_dtype(dtype))
+        source = data.source
+    names = resolve_methods(method, default=["all"])
+    with ProgressReporter("bench", enabled=stderr_is_terminal()) as progress:
+        report = bench(x, k, names, tau=tau, repeats=repeats, memory=memory, seed=seed, source=source,
+                       progress=progress)
+    write_text(render_bench(report, fmt, color=color_enabled() and output is None), output)
+
+
 # COMMANDS-END
 
 
