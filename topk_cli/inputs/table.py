@@ -208,7 +208,8 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
         if col.kind == "missing" or col.first_missing is not None:
             row = col.first_missing if col.first_missing is not None else 0
             cell = col.cells[row].strip()
-            what = "empty cell" if not cell else f"{cell!r} (NaN, a missing value) is not allowed (use -inf to mask an entry)"
+            kind = "NaN" if parse_number(cell) is not None else "a missing value"
+            what = "empty cell" if not cell else f"{cell!r} ({kind}) is not allowed (use -inf to mask an entry)"
             raise InputError(f"{source}: {table.place(row, col.pos)}: {what}")
     text_cols = [c for c in cols if c.kind == "text" and c.pos != index_pos]
     if label_pos is None and text_cols:
