@@ -84,6 +84,10 @@ def _run_group(run: Callable[[], Any]) -> int:
         return fail(f"error: {' '.join(exc.format_message().split())}{see}", 2)
     except (Abort, KeyboardInterrupt):
         return fail("interrupted", 130)
+    except SystemExit as exc:  # SIGTERM (see main), after the temporary files were removed
+        if exc.code == 143:
+            return fail("terminated", 143)
+        raise
     except OSError as exc:
         _silence_stdout()
         if exc.errno == errno.EPIPE:
@@ -562,4 +566,4 @@ def main() -> None:
         raise SystemExit(128 + signum)  # unwinds: temporary files are removed, then exit 143
 
     signal.signal(signal.SIGTERM, terminate)
-    app()
+    app(prog_name="softtopk")

@@ -114,12 +114,12 @@ def _resolve_format(path: str, input_format: str | None) -> str | None:
 
 def _read_bytes(path: str) -> bytes:
     if path == "-":
+        if sys.stdin is None:
+            raise InputError("<stdin>: stdin is closed")
         stream = getattr(sys.stdin, "buffer", None)
         try:
             if stream is not None:
                 data: bytes = stream.read()
-            elif sys.stdin is None:
-                raise InputError("<stdin>: stdin is closed")
             else:  # a text-only stdin (embedding, some test runners)
                 data = sys.stdin.read().encode("utf-8")
         except (OSError, ValueError) as exc:
