@@ -84,8 +84,8 @@ def load_csv(
         for cells in reader:
             first_line = previous + 1 + start
             previous = reader.line_num
-            if not cells or all(not cell.strip() for cell in cells):
-                continue  # blank lines are skipped; line numbers stay those of the file
+            if not cells or (len(cells) == 1 and not cells[0].strip() and '"' not in lines[first_line - 1]):
+                continue  # blank lines are skipped (a quoted "" is a missing value); line numbers kept
             rows.append(cells)
             line_numbers.append(first_line)
     except csv.Error as exc:
@@ -105,6 +105,8 @@ def load_csv(
     for r, cells in enumerate(data):
         if len(cells) != width:
             kind = "ragged rows: an extra field" if len(cells) > width else "ragged rows"
+            if width == 1 and delimiter == "," and all(_DECIMAL_COMMA.fullmatch(",".join(c)) for c in data[r : r + 3]):
+                kind += "; decimal commas? pass --sep ';' --decimal ,"
             raise InputError(
                 f"{source}: row {r + 1} (line {data_lines[r]}): {len(cells)} fields, {what} {width} ({kind})"
             )
@@ -162,8 +164,11 @@ def _header(rows: list[list[str]], decimal: str) -> tuple[list[str] | None, str 
     first = rows[0]
     second = rows[1] if len(rows) > 1 else None
     kinds = [_number(cell, decimal) is not None for cell in first]
-    if len(first) > 1 and not first[0].strip() and all(kinds[1:]):
+    if len(first) > 1 and not first[0].strip() and any(cell.strip() for cell in first[1:]):
         return first, None  # pandas' index column has no name
+    numbers = [cell.strip() for cell, is_number in zip(first, kinds, strict=True) if is_number]
+    if second is not None and not all(kinds) and len(numbers) >= 2 and numbers == [str(i) for i in range(len(numbers))]:
+        return first, None  # text names and 0, 1, 2...: pandas' default column names after a text column
     if all(kinds):
         integers = [cell.strip() for cell in first]
         if second is not None and len(first) > 1 and integers == [str(i) for i in range(len(first))]:
@@ -173,8 +178,8 @@ def _header(rows: list[list[str]], decimal: str) -> tuple[list[str] | None, str 
         ]:
             return first, None
         return None, None
-    if second is None:
-        return first, None  # one line of text: a header without data (refused later)
+    if second is None:  # one line: names without data (refused later), or one row of data
+        return (first, None) if not any(kinds) else (None, None)
     for cell, is_number, below in zip(first, kinds, second, strict=False):
         if not is_number and cell.strip() and _number(below, decimal) is not None:
             return first, None
