@@ -293,6 +293,6 @@ def test_several_inputs_are_labelled_by_source(tmp_path: Path) -> None:
     assert doc["inputs"][0]["results"][0]["weights"] == doc["inputs"][1]["results"][0]["weights"]
     csv_text = runner.invoke(app, ["compute", "-k", "2", "--format", "csv", str(a), str(b)]).stdout
     parsed = pd.read_csv(pd.io.common.StringIO(csv_text))
-    assert list(parsed.columns)[0] == "source" and set(parsed["source"]) == {str(a), str(b)}
+    assert parsed.columns[0] == "source" and set(parsed["source"]) == {str(a), str(b)}
     table = runner.invoke(app, ["compute", "-k", "2", str(a), str(b)]).stdout
     assert f"soft top-k of {a}" in table and f"soft top-k of {b}" in table
