@@ -226,6 +226,11 @@ def _load_npy(data: bytes, source: str) -> LoadedInput:
     if arr.ndim not in (1, 2) or arr.size == 0:
         raise InputError(f"{source}: expected a non-empty 1-D vector or 2-D batch, got shape {arr.shape}")
     values = np.ascontiguousarray(arr, dtype=np.float64).reshape(-1, arr.shape[-1])
+    notes: tuple[str, ...] = ()
+    if arr.ndim == 2 and arr.shape[1] == 1 and arr.shape[0] > 1:  # a column: one vector
+        values = values.reshape(1, -1)
+        notes = (f"read the {arr.shape[0]} x 1 array as one vector of {arr.shape[0]} entries",)
+        return finish(values, source, fmt="npy", where=lambda r, c: f"index [{c}, 0]", notes=notes)
     one = arr.ndim == 1
 
     def where(row: int, col: int) -> str:

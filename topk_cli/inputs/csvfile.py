@@ -164,8 +164,11 @@ def _header(rows: list[list[str]], decimal: str) -> tuple[list[str] | None, str 
     first = rows[0]
     second = rows[1] if len(rows) > 1 else None
     kinds = [_number(cell, decimal) is not None for cell in first]
-    if len(first) > 1 and not first[0].strip() and any(cell.strip() for cell in first[1:]):
-        return first, None  # pandas' index column has no name
+    rest = [cell.strip() for cell in first[1:]]
+    if len(first) > 1 and not first[0].strip() and all(rest) and (
+        not all(kinds[1:]) or all(cell.lstrip("-").isdigit() for cell in rest)
+    ):
+        return first, None  # pandas' index column has no name (names are text or integers)
     numbers = [cell.strip() for cell, is_number in zip(first, kinds, strict=True) if is_number]
     if second is not None and not all(kinds) and len(numbers) >= 2 and numbers == [str(i) for i in range(len(numbers))]:
         return first, None  # text names and 0, 1, 2...: pandas' default column names after a text column

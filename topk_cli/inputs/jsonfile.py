@@ -168,13 +168,22 @@ def _batch(doc: list[Any], source: str, fmt: str, row_place: Callable[[int], str
     for r, row in enumerate(doc):
         if len(row) != n:
             raise InputError(f"{source}: {row_place(r)} has {len(row)} entries, row 1 has {n} (ragged rows)")
+    notes: list[str] = []
+    row_names: list[str] | None = None
+    offset = 0
+    if n > 1 and all(isinstance(row[0], str) and parse_number(row[0]) is None for row in doc):
+        row_names = [row[0] for row in doc]  # pandas' orient="values" of a frame with a text column
+        offset, n = 1, n - 1
+        notes.append("row names from the first entry of each row (text)")
+
     def entry_place(r: int, c: int) -> str:
         if fmt == "json":
-            return f"row {r + 1}, entry {c + 1} ([{r}][{c}])"
-        return f"{row_place(r)}, entry {c + 1}"
+            return f"row {r + 1}, entry {c + 1 + offset} ([{r}][{c + offset}])"
+        return f"{row_place(r)}, entry {c + 1 + offset}"
 
     arr = np.empty((len(doc), n), dtype=np.float64)
-    for r, row in enumerate(doc):
+    for r, full in enumerate(doc):
+        row = full[offset:]
         try:
             if any(isinstance(item, bool) for item in row):
                 raise TypeError
@@ -184,8 +193,14 @@ def _batch(doc: list[Any], source: str, fmt: str, row_place: Callable[[int], str
             arr[r] = converted
         except (TypeError, ValueError, OverflowError):
             arr[r] = [_number(item, source, entry_place(r, c)) for c, item in enumerate(row)]
-    notes = (f"read {len(doc)} vectors of {n} entries",) if n <= 3 and len(doc) > 1 else ()
-    return finish(arr, source, fmt=fmt, where=entry_place, notes=notes)
+    if n == 1 and len(doc) > 1:  # a column: one vector, as a one-column CSV
+        note = f"read the {len(doc)} one-entry rows as one vector of {len(doc)} entries"
+        return finish(arr.reshape(1, -1), source, fmt=fmt, labels=row_names, where=lambda r, c: entry_place(c, 0),
+                      notes=("; ".join([note, *notes]),))
+    if n <= 3 and len(doc) > 1:
+        notes.insert(0, f"read {len(doc)} vectors of {n} entries")
+    return finish(arr, source, fmt=fmt, row_names=row_names, where=entry_place,
+                  notes=("; ".join(notes),) if notes else ())
 
 
 def _table(
