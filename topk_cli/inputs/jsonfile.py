@@ -137,7 +137,7 @@ def _from_document(
     if all(isinstance(item, list) for item in doc):
         return _batch(doc, source, fmt, row_place)
     if any(isinstance(item, (list, dict)) for item in doc):
-        first = next(i for i, item in enumerate(doc) if isinstance(item, (list, dict)) != isinstance(doc[0], (list, dict)))
+        first = next((i for i, item in enumerate(doc) if type(item) is not type(doc[0])), 0)
         kinds = "lists and numbers" if not any(isinstance(item, dict) for item in doc) else "lists, objects and numbers"
         raise InputError(f"{source}: item [{first}] mixes {kinds}; {SHAPE_HELP}")
     return _vector(doc, source, fmt, None)

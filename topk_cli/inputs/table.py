@@ -249,7 +249,7 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
     entry_names = [c.name for c in value_cols]
     n = len(value_cols)
     if notes or why or n <= 3:
-        what = f"read {n_rows} vectors of {n} entries ({_names_text(entry_names, headerless)})"
+        what = f"read {n_rows} vector{'s' * (n_rows != 1)} of {n} entries ({_names_text(entry_names, headerless)})"
         if label_pos is not None:
             what += f"; row names from {why or shown(cols[label_pos])}"
         notes.insert(0, what)
