@@ -48,7 +48,7 @@ class RawTable:
     decimal: str = "."
 
 
-@dataclass
+@dataclass(eq=False)
 class _Column:
     pos: int
     name: str
@@ -214,7 +214,8 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
     text_cols = [c for c in cols if c.kind == "text" and c.pos != index_pos]
     if label_pos is None and text_cols:
         label_pos = text_cols[0].pos
-    ignored = [c for c in cols if c.pos != label_pos and c not in value_cols and (column is None or c.kind != "numeric")]
+    used = {c.pos for c in value_cols}  # positions: comparing columns would be quadratic
+    ignored = [c for c in cols if c.pos != label_pos and c.pos not in used and (column is None or c.kind != "numeric")]
     if ignored and column is None:
         notes.append("ignored " + ", ".join(f"{shown(c)} ({'true/false' if c.kind == 'bool' else 'text'})"
                                             for c in ignored))
