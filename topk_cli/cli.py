@@ -22,7 +22,7 @@ from topk_cli.api import DEFAULT_METHOD
 from topk_cli.errors import InputError, SoftTopKError, UnknownMethodError
 from topk_cli.inputs import LoadedInput, load_input
 from topk_cli.output import write_bytes, write_text
-from topk_cli.registry import METHODS
+from topk_cli.registry import METHODS, lookup
 from topk_cli.render.common import FIT_WIDTH, OutputFormat, terminal_width
 
 
@@ -241,22 +241,21 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
     """The method names of ``-m``, in the order given; ``all`` means every method (registry order).
 
     ``None`` or an empty list gives ``default``; duplicates are dropped; a comma-separated
-    value (``-m grad,thre-exp``) is accepted too.
+    value (``-m grad,thre-exp``) is accepted too; an alias (``-m lapsum``) gives its method.
 
     Raises:
-        UnknownMethodError: a name not in the registry (the message lists the valid names).
+        UnknownMethodError: a name not in the registry (the message suggests the closest name
+            and lists the valid ones).
     """
     requested = [part.strip() for name in (names or []) for part in name.split(",") if part.strip()]
     if not requested:
         requested = list(default)
     out: list[str] = []
     for name in requested:
-        if name == "all":
-            chosen = list(METHODS)
-        elif name in METHODS:
-            chosen = [name]
-        else:
-            raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}, or 'all'")
+        try:
+            chosen = list(METHODS) if name == "all" else [lookup(name).name]
+        except UnknownMethodError as exc:
+            raise UnknownMethodError(f"{exc}, or 'all'") from None
         out.extend(m for m in chosen if m not in out)
     return out
 
@@ -339,20 +338,50 @@ def compute(
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
+    with_sum: Annotated[
+        bool,
+        typer.Option(
+            "--sum",
+            help="Add the soft top-k sum per row and method: sum_i p_i x_i, and the potential whose "
+            "gradient is p where the method has one.",
+        ),
+    ] = False,
+    samples: Annotated[
+        Optional[int], typer.Option("--samples", help="Monte-Carlo samples (methods that take it).", show_default=False)
+    ] = None,
+    seed: Annotated[
+        Optional[int],
+        typer.Option("--seed", help="Seed of the random generator (Monte-Carlo methods; deterministic).", show_default=False),
+    ] = None,
+    max_iter: Annotated[
+        Optional[int], typer.Option("--max-iter", help="Iteration cap (iterative solvers that take it).", show_default=False)
+    ] = None,
+    tol: Annotated[
+        Optional[float], typer.Option("--tol", help="Convergence tolerance (iterative solvers that take it).", show_default=False)
+    ] = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
 ) -> None:
     """Soft top-k weights of every vector in INPUT, one column per method (default thre-laplace).
 
     Exit code 1 when a method failed numerically on some row (e.g. grad-recursive); the other
-    rows and methods are still printed, and stderr names the failed rows.
+    rows and methods are still printed, and stderr names the failed rows. --samples, --seed,
+    --max-iter and --tol go to the selected methods that take them ('softtopk methods' lists
+    each method's parameters); naming one that no selected method takes is an error.
     """
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
     loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal)
     names = resolve_methods(method, default=[DEFAULT_METHOD])
-    reports = [build_compute_report(d, k=k, methods=names, tau=tau, with_jacobian=with_jacobian) for d in loaded]
+    given = {"samples": samples, "seed": seed, "max_iter": max_iter, "tol": tol}
+    params = {name: value for name, value in given.items() if value is not None}
+    reports = [
+        build_compute_report(
+            d, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params
+        )
+        for d in loaded
+    ]
     rendered = render_compute_many(reports, fmt, color=color_enabled() and output is None)
     write_text(rendered.text, output)
     for note in rendered.notes:
