@@ -69,7 +69,7 @@ def test_full_stdout_and_closed_stdin_are_one_line() -> None:
 
 def test_sigint_prints_interrupted_and_exits_130(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "topk_cli", "stability-probe", "-m", "all", "--trials", "500"],
+        [sys.executable, "-m", "topk_cli", "stability-probe", "-m", "all", "--trials", "200"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
@@ -89,7 +89,7 @@ def test_no_library_warning_reaches_stderr(tmp_path: Path) -> None:
 def test_compute_exit_1_ends_with_a_summary_line() -> None:
     code, _, err = run("compute", "-m", "all", "-k", "3", str(SAMPLES / "wide_spread.csv"))
     assert code == 1
-    assert err.splitlines()[-1] == "softtopk: failed: grad-recursive on 1/1 rows"
+    assert err.splitlines()[-1].startswith("softtopk: failed: grad-recursive on 1/1 rows")
 
 
 def test_strict_probe_ends_with_a_summary_line() -> None:

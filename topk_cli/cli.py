@@ -174,7 +174,7 @@ OutputOpt = Annotated[
     Optional[Path], typer.Option("-o", "--output", help="Write to this file (atomically) instead of stdout.", show_default=False)
 ]
 SeedOpt = Annotated[
-    int, typer.Option("--seed", min=0, help="Seed of the random generator, >= 0 (results are deterministic).")
+    int, typer.Option("--seed", help="Seed of the random generator, >= 0 (results are deterministic).")
 ]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when a failure is found (for CI).")]
 
