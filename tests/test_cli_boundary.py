@@ -34,7 +34,7 @@ def run(*args: str) -> tuple[int, str, str]:
         (["compute", "-k", "1", "--format", "xml", "--values", "1,2"], "'xml' is not one of"),
         (["compute", "--values", "1,2"], "Missing option '-k'"),
         (["compute", "-k", "1", "--bogus", "--values", "1,2"], "No such option: --bogus"),
-        (["stability-probe", "--seed", "-1"], "Invalid value for '--seed'"),
+        (["stability-probe", "--seed", "-1"], "seed must be an integer >= 0, got -1"),
         (["verify-properties", "--tau", "0", "-m", "hard"], "--tau must be a finite number > 0, got 0.0"),
         (["verify-properties", "--tau", "nan", "-m", "hard"], "--tau must be a finite number > 0"),
         (["nonsense"], "No such command 'nonsense'"),
