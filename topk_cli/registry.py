@@ -397,7 +397,10 @@ _SPECS: tuple[MethodSpec, ...] = (
     ),
     MethodSpec(
         name="grad-recursive",
-        summary="GradTopK by the article's recursion; fails (log 0) once a marginal saturates.",
+        summary=(
+            "GradTopK by the article's recursion; breaks (log of <= 0) long before saturation: "
+            "each level multiplies the rounding error by the odds p/(1-p)."
+        ),
         family="gradient",
         guarantees=Guarantees(
             range=True, sum=True, monotone_weak=True, monotone_strict=True,
