@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from topk_cli.analysis.probe import RecursionOutlook, grad_recursive_outlook
 from topk_cli.api import evaluate, jacobian, soft_topk
-from topk_cli.errors import InputError, InvalidArgumentError, RowFailure
+from topk_cli.errors import InputError, InvalidArgumentError, NumericalFailureError, RowFailure
 from topk_cli.inputs import LoadedInput
 
 #: ``compute`` warns about a ``grad-recursive`` row that succeeded when the recursion is predicted
@@ -91,19 +91,50 @@ def build_compute_report(
     for name in methods:
         result = evaluate(x, k, name, tau=tau)
         jac = None
+        status = np.asarray(result.status).reshape(rows).copy()
+        failures = result.failures
         if with_jacobian:
-            jac = np.full((rows, n, n), np.nan)
-            ok = result.status == "ok"
-            if ok.any():
-                jac[ok] = jacobian(x[ok], k, name, tau=tau)
+            jac, derivative_failures = _jacobian_rows(x, k, name, tau, status)
+            failures = failures + derivative_failures
         runs.append(
             MethodRun(
                 method=name, weights=np.asarray(result.weights, dtype=np.float64),
-                status=np.asarray(result.status).reshape(rows), failures=result.failures, jacobian=jac,
+                status=status, failures=failures, jacobian=jac,
             )
         )
     outlook = grad_recursive_outlook(x, k, tau=tau) if "grad-recursive" in methods else None
     return ComputeReport(k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs), outlook=outlook)
+
+
+def _jacobian_rows(
+    x: NDArray[np.float64], k: int, method: str, tau: float, status: NDArray[np.str_]
+) -> tuple[NDArray[np.float64], tuple[RowFailure, ...]]:
+    """Jacobians ``(B, n, n)`` of the rows whose weights are ok (NaN elsewhere). A row whose
+    derivative fails is a per-row failure: its status (updated in place) becomes the failure's
+    code, its Jacobian stays NaN, and the other rows are still computed."""
+    rows, n = x.shape
+    jac = np.full((rows, n, n), np.nan)
+    ok = np.flatnonzero(status == "ok")
+    if ok.size == 0:
+        return jac, ()
+    try:
+        jac[ok] = jacobian(x[ok], k, method, tau=tau)
+        return jac, ()
+    except NumericalFailureError as exc:
+        bad = {ok[f.row[0]] for f in exc.failures if f.row}
+    failures = []
+    for r in ok:
+        if r not in bad:
+            jac[r] = jacobian(x[r], k, method, tau=tau)
+            continue
+        try:  # the batch call named the row; confirm it alone (and get its own diagnosis)
+            jac[r] = jacobian(x[r], k, method, tau=tau)
+        except NumericalFailureError as exc:
+            failure = exc.failures[0]
+            status[r] = failure.code
+            failures.append(RowFailure(method=method, row=(int(r),), code=failure.code,
+                                       detail=f"Jacobian: {failure.detail}", level=failure.level, value=failure.value))
+    return jac, tuple(failures)
 
 
 def row_title(data: LoadedInput, row: int) -> str:
