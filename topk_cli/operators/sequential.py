@@ -438,9 +438,11 @@ def _ws_complement(p: FloatArray, sq: FloatArray, lq: FloatArray, err: _Rounding
     q_log = _to_linear(sq, lq)
     with np.errstate(over="ignore", invalid="ignore"):  # a blown-up estimate is inf
         rel = _SAFETY * np.sqrt(np.einsum("bic,bic->bi", err.dq, err.dq) / _SAMPLES)
-        err_log = np.where(q_log == 0, 0.0, np.nan_to_num(rel * np.abs(q_log), nan=np.inf))  # exact zeros stay
+        err_log = np.nan_to_num(rel * np.abs(q_log), nan=np.inf)
     q_sub = 1.0 - p
     err_sub = err.estimate[:, None] + _UNIT * np.maximum(1.0, np.abs(p))
+    # a log-space exact 0 (V_i cancelled exactly) is kept only where 1 - p agrees with 0
+    err_log = np.where(q_log == 0, np.where(np.abs(q_sub) <= err_sub, 0.0, np.inf), err_log)
     return np.where(err_sub < err_log, q_sub, q_log)
 
 
