@@ -1,101 +1,98 @@
-"""Speed of every registered operator, as ratios against numpy baselines measured in the same run.
+"""The speed and memory benchmark suite: ``softtopk bench`` over the workloads users have.
 
 Usage:
-    python benchmarks/bench_operators.py            # full grid (about a minute)
-    python benchmarks/bench_operators.py --quick    # smaller grid, fewer repeats
+    python benchmarks/bench_operators.py            # full suite (a few minutes on 2 idle cores)
+    python benchmarks/bench_operators.py --quick    # smaller shapes, fewer repeats
 
-For each shape (batch B x n) and k, times ``soft_topk`` (forward) and ``vjp`` per method and
-divides by the time of two numpy baselines on the same array: a row-wise softmax (max-shift,
-exp, sum, divide) and ``np.sort`` along the last axis. Ratios, not seconds, are the numbers to
-quote: they travel between machines far better. Timing = median of repeats, each repeat long
-enough (>= 20 ms) to swamp timer resolution. Peak extra memory of one forward call is measured
-with tracemalloc (numpy reports its buffers to it) and given as a multiple of the input size.
+Workloads: batch 1000 x 1000 at k = 10 and 100; a router batch 16,384 x 64 at k = 2; one vector
+n = 10^6 at k = 1,000 (``grad`` only with --big: about a minute); float32 and float64; forward,
+VJP and peak memory (tracemalloc); scaling of the forward time with n (10^2..10^6) and with k
+(1..n/2). Every time is a ratio to ``np.exp`` on the same array in the same run (see
+``topk_cli.analysis.bench``), printed as Markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-import tracemalloc
-from collections.abc import Callable
-from functools import partial
 
 import numpy as np
 
-import topk_cli as st
+from topk_cli.analysis.bench import BenchReport, bench, random_scores
+from topk_cli.registry import METHODS
+
+FAST = ["hard", "thre-exp", "thre-laplace", "thre-sigmoid", "grad"]
 
 
-def _seconds(fn: Callable[[], object], *, repeats: int, min_time: float = 0.02) -> float:
-    """Median seconds per call, each repeat looping enough calls to last ``min_time``."""
-    fn()  # warm-up
-    calls = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time:
-            break
-        calls *= 2
-    samples = [elapsed / calls]
-    for _ in range(repeats - 1):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+def _table(report: BenchReport) -> list[str]:
+    b = report.baselines
+    lines = [
+        f"**{report.batch} x {report.n}, k = {report.k}, {report.dtype}** (np.exp {b.exp_ms:.2f} ms, "
+        f"np.sort {b.sort_ms:.2f} ms)",
+        "",
+        "| method | forward / exp | forward ms | VJP / forward | peak fwd MiB | peak VJP MiB | status |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in report.results:
+        mib = [None if v is None else v / 2**20 for v in (r.peak_forward_bytes, r.peak_vjp_bytes)]
+        lines.append(
+            f"| {r.method} | {_fmt(r.forward_vs_exp)} | {_fmt(r.forward_ms, 2)} | {_fmt(r.vjp_vs_forward, 2)} | "
+            f"{_fmt(mib[0])} | {_fmt(mib[1])} | {r.status} |"
+        )
+    return [*lines, ""]
 
 
-def _peak_ratio(fn: Callable[[], object], nbytes: int) -> float:
-    tracemalloc.start()
-    fn()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return peak / nbytes
+def _scaling(methods: list[str], ns: list[int], ks: list[int], n_for_k: int, repeats: int) -> list[str]:
+    lines = ["**Forward time / np.exp, k = 10, one row of n entries**", "",
+             "| method | " + " | ".join(f"n={n}" for n in ns) + " |", "|---" * (len(ns) + 1) + "|"]
+    rows = {m: [] for m in methods}
+    for n in ns:
+        x = random_scores(1, n, seed=0)
+        rep = bench(x, min(10, n), methods, repeats=repeats, with_vjp=False, memory=False)
+        for r in rep.results:
+            rows[r.method].append(_fmt(r.forward_vs_exp))
+    lines += [f"| {m} | " + " | ".join(v) + " |" for m, v in rows.items()]
+    lines += ["", f"**Forward ms, one row of n = {n_for_k}, by k** (threshold methods: flat beyond the "
+              "partial sort; grad: O(n min(k, n-k)))", "",
+              "| method | " + " | ".join(f"k={k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
+    rows = {m: [] for m in methods}
+    x = random_scores(1, n_for_k, seed=0)
+    for k in ks:
+        rep = bench(x, k, methods, repeats=repeats, with_vjp=False, memory=False)
+        for r in rep.results:
+            rows[r.method].append(_fmt(r.forward_ms, 2))
+    lines += [f"| {m} | " + " | ".join(v) + " |" for m, v in rows.items()]
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller grid and fewer repeats")
-    parser.add_argument("--methods", default=",".join(st.METHODS), help="comma-separated method names")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repeats")
+    parser.add_argument("--big", action="store_true", help="also grad on one vector n = 10^6, k = 1,000")
+    parser.add_argument("--methods", default=",".join(FAST), help="comma-separated methods ('all': every one)")
     args = parser.parse_args(argv)
-    repeats = 3 if args.quick else 7
-    grid = [(1024, 64, 2), (1024, 64, 8), (64, 1024, 32), (8, 10_000, 100)]
-    if args.quick:
-        grid = [(256, 64, 2), (16, 1024, 32)]
-    methods = [m for m in args.methods.split(",") if m]
-    rng = np.random.default_rng(0)
-    print(f"numpy {np.__version__}; times are medians of {repeats} repeats; ratio = operator / baseline")
-    print()
-    print("| B x n | k | method | forward ms | / softmax | / sort | vjp / forward | peak mem / input |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for batch, n, k in grid:
-        x = rng.standard_normal((batch, n))
-        v = rng.standard_normal((batch, n))
-        t_softmax = _seconds(partial(_softmax, x), repeats=repeats)
-        t_sort = _seconds(partial(np.sort, x, axis=-1), repeats=repeats)
-        print(f"| {batch} x {n} | {k} | (softmax) | {t_softmax * 1e3:.3f} | 1 | {t_softmax / t_sort:.2f} | | |")
-        print(f"| {batch} x {n} | {k} | (np.sort) | {t_sort * 1e3:.3f} | {t_sort / t_softmax:.2f} | 1 | | |")
-        for method in methods:
-            if method == "grad-recursive":
-                status = st.evaluate(x, k, method)
-                if not status.ok:
-                    print(f"| {batch} x {n} | {k} | {method} | fails on {len(status.failures)} rows | | | | |")
-                    continue
-            forward = partial(st.soft_topk, x, k, method)
-            t_fwd = _seconds(forward, repeats=repeats)
-            t_vjp = _seconds(partial(st.vjp, x, k, v, method), repeats=repeats)
-            mem = _peak_ratio(forward, x.nbytes)
-            print(
-                f"| {batch} x {n} | {k} | {method} | {t_fwd * 1e3:.3f} | {t_fwd / t_softmax:.1f} | "
-                f"{t_fwd / t_sort:.1f} | {t_vjp / t_fwd:.2f} | {mem:.1f} |"
-            )
+    methods = list(METHODS) if args.methods == "all" else [m for m in args.methods.split(",") if m]
+    repeats = 3 if args.quick else 5
+    scale = 10 if args.quick else 1
+    print(f"numpy {np.__version__}; medians of {repeats} repeats; ratios to np.exp on the same array\n")
+    workloads = [(1000 // scale, 1000, 10), (1000 // scale, 1000, 100), (16384 // scale, 64, 2)]
+    out: list[str] = []
+    for dtype in ("float64", "float32"):
+        for batch, n, k in workloads:
+            x = random_scores(batch, n, seed=0, dtype=dtype)
+            out += _table(bench(x, k, methods, repeats=repeats))
+    big_n = 10**5 if args.quick else 10**6
+    x = random_scores(1, big_n, seed=0)
+    big_methods = [m for m in methods if m != "grad" or args.big]
+    out += _table(bench(x, 1000, big_methods, repeats=1 if args.quick else 3))
+    ns = [100, 1000, 10_000, 100_000] + ([] if args.quick else [1_000_000])
+    n_k = 1000 if args.quick else 10_000
+    ks = [1, 10, 100, n_k // 10, n_k // 2]
+    out += _scaling(methods, ns, ks, n_k, repeats)
+    print("\n".join(out))
     return 0
 
 

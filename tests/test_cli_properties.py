@@ -73,3 +73,8 @@ def test_usage_errors_exit_2() -> None:
         r = run(*args)
         assert r.exit_code == 2, (args, r.output)
         assert r.stderr.startswith("softtopk: error:")
+
+
+def test_negative_seed_is_a_usage_error_not_a_traceback() -> None:
+    r = run("-m", "grad", "--seed", "-1", "--trials", "1")
+    assert r.exit_code == 2 and "seed must be an integer >= 0" in r.stderr and "Traceback" not in r.stderr

@@ -307,3 +307,42 @@ def test_recursive_near_uniform_many_levels_is_fine() -> None:
     r = st.evaluate(x, 100, "grad-recursive")  # arguments ~1/2 at every level, errors do not grow
     assert r.ok
     np.testing.assert_allclose(r.weights, st.soft_topk(x, 100, "grad"), atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# the probability-space program: agreement, fallback and memory
+
+
+def test_probability_program_agrees_with_log_space_and_falls_back_on_wide_spreads() -> None:
+    from topk_cli.operators import _poisson
+    from topk_cli.operators.gradtopk import _logspace_rows, _start_tilt
+
+    rng = np.random.default_rng(11)
+    z = rng.normal(size=(6, 300)) * np.array([0.01, 1.0, 3.0, 10.0, 300.0, 1e4])[:, None]
+    z = z - z.max(axis=1, keepdims=True)
+    v = rng.normal(size=z.shape)
+    res = _poisson.marginals(z, 40, _start_tilt(z, 40), v)
+    lp, lq, ldp = _logspace_rows(z, 40, v)
+    assert res.certified[:4].all() and not res.certified[5]  # spread 1e4: left to log space
+    ok = res.certified
+    assert np.max(np.abs(res.p[ok] - lp[ok])) <= 1e-14
+    assert np.max(np.abs(np.log(res.q[ok]) - np.log(lq[ok]))) <= 1e-12
+    assert ldp is not None and res.dp is not None
+    assert np.max(np.abs(res.dp[ok] - ldp[ok])) <= 1e-14
+    r = st.evaluate(z, 40, "grad")  # the public path recomputes the uncertified rows exactly
+    np.testing.assert_allclose(r.weights, lp, atol=1e-14)
+
+
+def test_grad_memory_does_not_grow_with_n_times_k() -> None:
+    import tracemalloc
+
+    x = np.random.default_rng(12).normal(size=5000)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        p = st.soft_topk(x, 1000, "grad")
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert abs(p.sum() - 1000) <= 1e-9
+    assert peak < 64 * 2**20  # the full O(n k) tables alone would be 40 MB each, several of them

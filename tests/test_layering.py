@@ -11,6 +11,8 @@ CORE = [
     "topk_cli.registry",
     "topk_cli.properties",
     "topk_cli.analysis",
+    "topk_cli.references",
+    "topk_cli.recursion",
 ]
 
 

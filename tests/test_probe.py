@@ -10,10 +10,12 @@ import pytest
 import topk_cli as st
 from topk_cli.analysis.probe import (
     DEFAULT_METHODS,
+    MAX_PROBE_BYTES,
     _order_violations,
     draw_scores,
     grad_recursive_outlook,
     parse_scales,
+    probe_memory,
     resolve_k,
     stability_probe,
 )
@@ -165,7 +167,8 @@ def test_bad_arguments_raise():
 
 
 def test_default_methods_are_registered():
-    assert set(DEFAULT_METHODS) == set(st.METHODS) - {"hard"}
+    assert set(DEFAULT_METHODS) == {s.name for s in st.METHODS.values() if s.capabilities.probe_default}
+    assert "hard" not in DEFAULT_METHODS and "grad-recursive" in DEFAULT_METHODS
 
 
 # ---- the references themselves, against oracles -----------------------------------------
@@ -187,14 +190,14 @@ def _enumerated_grad(z, k):
 def test_grad_reference_and_outlook_complements_match_enumeration():
     import mpmath as mp
 
-    from topk_cli.analysis.probe import _esp_tables, _grad_reference
+    from topk_cli.references import esp_tables, esp_weights
 
     mp.mp.dps = 50
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 7)) * np.array([[0.3], [4.0], [60.0]])
     z = st.scaled_scores(x, 1)
     for k in (1, 3, 6):
-        ref = _grad_reference(_esp_tables(z, k, 7), k)
+        ref = esp_weights(esp_tables(z, k, 7), k)
         exact = np.array([_enumerated_grad(row, k) for row in z])
         assert np.abs(ref - exact).max() < 1e-14
     # min complement over levels < k is the level k-1 complement of the top entry
@@ -206,7 +209,16 @@ def test_grad_reference_and_outlook_complements_match_enumeration():
 def test_sequential_references_match_high_precision():
     import mpmath as mp
 
-    from topk_cli.analysis.probe import _sequential_reference
+    from topk_cli.references import (
+        ReferenceContext,
+        extended_precision,
+        iterative_definition,
+        weighted_softmax_definition,
+    )
+
+    def _sequential_reference(method, z, k):
+        definition = iterative_definition if method == "iterative" else weighted_softmax_definition
+        return extended_precision(definition)(z, k, ReferenceContext(z, k))
 
     mp.mp.dps = 40
     z = st.scaled_scores(np.array([[0.3, -1.2, 2.5, 0.0, 1.1]]) * 3.0, 1)
@@ -230,11 +242,11 @@ def test_sequential_references_match_high_precision():
 
 
 def test_threshold_reference_solves_the_threshold_equation():
-    from topk_cli.analysis.probe import _threshold_reference
+    from topk_cli.references import ReferenceContext
 
     z = st.scaled_scores(np.random.default_rng(2).standard_normal((4, 30)) * 5.0, 1)
     for method in ("thre-exp", "thre-sigmoid", "thre-laplace"):
-        p, trusted = _threshold_reference(method, z, 7)
+        p, trusted = st.METHODS[method].probe.compute(z, 7, ReferenceContext(z, 7))
         assert trusted.all()
         assert np.abs(p.sum(axis=1) - 7).max() < 1e-12
         assert ((p >= 0) & (p <= 1)).all()
@@ -274,3 +286,43 @@ def test_k_close_to_n_breaks_at_tiny_spread_and_is_predicted():
     d = report.cells[0].detection
     assert d.broken == 3 and d.predicted == 3
     assert d.saturation_predicted == 0 and d.min_complement > 0.05
+
+
+# ---- arguments found by fuzzing: refused with one clear message, never a bare ValueError ----
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(ns=[float("nan")]), "n must be positive integers"),
+        (dict(seed=-1), "seed must be an integer >= 0"),
+        (dict(seed=1.5), "seed must be an integer >= 0"),
+        (dict(tau="1"), "tau must be a finite number"),
+        (dict(offset=None), "offset must be a finite number"),
+        (dict(tolerance="x"), "tolerance must be a finite number"),
+        (dict(methods=None), "methods must be a list"),
+        (dict(scales=["1"]), "scales must be finite numbers"),
+    ],
+)
+def test_bad_probe_arguments_are_invalid_argument_errors(kwargs, match):
+    base = dict(methods=["thre-exp"], ns=[5], ks=[2], scales=[1.0], trials=2)
+    with pytest.raises(InvalidArgumentError, match=match):
+        stability_probe(**(base | kwargs))
+
+
+def test_a_grid_too_large_for_memory_is_refused_with_its_size():
+    # the recursion's outlook needs (2k, trials, k, k) terms: ~40 GiB at n = 1000, k = 500, 20 trials
+    with pytest.raises(InvalidArgumentError, match=r"n=1000, k up to 500 and 20 trials need about \d+(\.\d+)? GiB"):
+        stability_probe(methods=["grad-recursive"], ns=[1000], ks=["0.5n"], scales=[1.0], trials=20)
+    with pytest.raises(InvalidArgumentError, match="GiB"):
+        stability_probe(methods=["thre-exp"], ns=[5], ks=[2], scales=[1.0], trials=10**9)
+    assert probe_memory(["grad", "thre-exp"], 1000, 50, 20) < MAX_PROBE_BYTES  # the default grid fits
+
+
+def test_probe_overflowing_draws_are_refused_without_warnings():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InvalidArgumentError, match="overflows float64"):
+            stability_probe(methods=["thre-exp"], ns=[4], ks=[2], scales=[1e308], trials=2, offset=1e308)

@@ -5,13 +5,17 @@
 array([0., 1., 0.])
 """
 
+from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
 from topk_cli.api import (
     TopKResult,
+    TopKSum,
     evaluate,
+    evaluate_sum,
     get_method,
     jacobian,
     scaled_scores,
     soft_topk,
+    soft_topk_sum,
     trace_grad_recursive,
     vjp,
 )
@@ -23,27 +27,35 @@ from topk_cli.errors import (
     SoftTopKError,
     UnknownMethodError,
 )
-from topk_cli.registry import METHODS, Guarantees, MethodSpec
+from topk_cli.registry import ALIASES, METHODS, Capabilities, Guarantees, MethodSpec, ParamSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALIASES",
     "METHODS",
+    "Capabilities",
     "Guarantees",
+    "HardnessMatch",
     "InputError",
     "InvalidArgumentError",
     "MethodSpec",
     "NumericalFailureError",
+    "ParamSpec",
     "RowFailure",
     "SoftTopKError",
     "TopKResult",
+    "TopKSum",
     "UnknownMethodError",
     "__version__",
     "evaluate",
+    "evaluate_sum",
     "get_method",
     "jacobian",
     "scaled_scores",
     "soft_topk",
+    "soft_topk_sum",
+    "tau_for_hardness",
     "trace_grad_recursive",
     "vjp",
 ]

@@ -12,18 +12,17 @@ absent. NaN and ``+inf`` are invalid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from topk_cli.errors import InvalidArgumentError, NumericalFailureError, RowFailure, UnknownMethodError
+from topk_cli.errors import InvalidArgumentError, NumericalFailureError, RowFailure
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
 from topk_cli.operators.gradtopk import RecursionTrace, grad_recursive_trace
-from topk_cli.registry import METHODS, MethodSpec
-
-DEFAULT_METHOD = "thre-laplace"
+from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, MethodSpec, lookup
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,8 @@ class TopKResult:
     ``weights`` has the shape and float dtype of the input (rows that failed are NaN);
     ``complement`` is ``1 - weights`` computed accurately in float64 (it tells 1 - 1e-20 from
     1); ``status`` has the batch shape and holds ``"ok"`` or a failure code per row;
-    ``failures`` describes each failed row.
+    ``failures`` describes each failed row. ``stderr`` holds the standard error of each weight
+    for a Monte-Carlo method (None for exact ones); ``params`` the method's parameters used.
     """
 
     method: str
@@ -43,6 +43,8 @@ class TopKResult:
     complement: FloatArray
     status: NDArray[np.str_]
     failures: tuple[RowFailure, ...]
+    stderr: FloatArray | None = None
+    params: Mapping[str, int | float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +55,8 @@ class TopKResult:
 @dataclass(frozen=True)
 class _Prepared:
     spec: MethodSpec
+    impl: Implementation  # the spec's implementation with its parameters bound
+    params: Mapping[str, int | float]
     z: FloatArray  # (B, n) shifted, scaled, clipped, -inf = masked
     k: int
     tau: float
@@ -61,11 +65,12 @@ class _Prepared:
 
 
 def get_method(method: str) -> MethodSpec:
-    """The registered spec of ``method``; :class:`UnknownMethodError` lists the valid names."""
-    if not isinstance(method, str) or method not in METHODS:
-        valid = ", ".join(METHODS)
-        raise UnknownMethodError(f"unknown method {method!r}; valid methods: {valid}")
-    return METHODS[method]
+    """The registered spec of ``method`` (a name or an alias such as ``lapsum``).
+
+    Raises:
+        UnknownMethodError: the message suggests the closest name and lists the valid ones.
+    """
+    return lookup(method)
 
 
 def _check_k(k: object) -> int:
@@ -105,8 +110,10 @@ def _row_index(flat: int, batch_shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, batch_shape)) if batch_shape else ()
 
 
-def _prepare(x: ArrayLike, k: object, method: str, tau: object) -> _Prepared:
+def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[str, object] | None = None) -> _Prepared:
     spec = get_method(method)
+    impl = spec.bind(params)
+    bound = spec.resolve_params(params)
     arr = _as_real_array(x)
     k_int = _check_k(k)
     tau_f = _check_tau(tau)
@@ -137,7 +144,7 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object) -> _Prepared:
     top = np.max(np.where(finite, x2, -np.inf), axis=-1, keepdims=True)
     with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
         z = (x2 - top) / tau_f
-    floor = spec.implementation.z_floor
+    floor = impl.z_floor
     if (finite & (z < floor)).any():
         spread = float(np.max(np.where(finite, top - x2, 0.0)))
         raise InvalidArgumentError(
@@ -145,7 +152,7 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object) -> _Prepared:
             f"{floor:g}, the lowest value method {spec.name!r} supports; use tau >= {spread / -floor:.3g}"
         )
     z = np.where(finite, z, -np.inf)
-    return _Prepared(spec=spec, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
+    return _Prepared(spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
 
 
 def scaled_scores(x: ArrayLike, k: int, *, tau: float = 1.0) -> FloatArray:
@@ -157,7 +164,7 @@ def scaled_scores(x: ArrayLike, k: int, *, tau: float = 1.0) -> FloatArray:
     >>> scaled_scores([[1.0, 3.0, -np.inf]], 1, tau=0.5).tolist()
     [[-4.0, 0.0, -inf]]
     """
-    return _prepare(x, k, "hard", tau).z
+    return _prepare(x, k, BASELINE_METHOD, tau).z
 
 
 def _average_ties(z: FloatArray, *arrays: FloatArray) -> tuple[FloatArray, ...]:
@@ -181,7 +188,7 @@ def _average_ties(z: FloatArray, *arrays: FloatArray) -> tuple[FloatArray, ...]:
 
 
 def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
-    impl: Implementation = prep.spec.implementation
+    impl = prep.impl
     with np.errstate(all="ignore"):  # failures are detected and reported per row below
         fwd = impl.forward(prep.z, prep.k)
     codes = fwd.codes().copy()
@@ -201,11 +208,16 @@ def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
         )
     fwd.code = codes
     if not impl.elementwise:
-        fwd.p, fwd.q = _average_ties(prep.z, fwd.p, fwd.q)
+        if "stderr" in fwd.aux:
+            fwd.p, fwd.q, fwd.aux["stderr"] = _average_ties(prep.z, fwd.p, fwd.q, fwd.aux["stderr"])
+        else:
+            fwd.p, fwd.q = _average_ties(prep.z, fwd.p, fwd.q)
     return fwd, tuple(failures)
 
 
-def evaluate(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float = 1.0) -> TopKResult:
+def evaluate(
+    x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float = 1.0, **params: int | float
+) -> TopKResult:
     """Compute ``method`` on ``x`` and diagnose every row instead of raising on failure.
 
     Same arguments as :func:`soft_topk`. Rows with status other than ``"ok"`` hold NaN.
@@ -217,21 +229,28 @@ def evaluate(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float =
     >>> r.ok, r.failures[0].code
     (False, 'log0')
     """
-    prep = _prepare(x, k, method, tau)
+    prep = _prepare(x, k, method, tau, params)
     fwd, failures = _forward(prep)
     failed = fwd.codes() != OK
     p = np.where(failed[:, None], np.nan, fwd.p)
     q = np.where(failed[:, None], np.nan, fwd.q)
+    stderr = fwd.aux.get("stderr")
+    if stderr is not None:
+        stderr = np.where(failed[:, None], np.nan, stderr).reshape(prep.shape)
     return TopKResult(
         method=prep.spec.name, k=prep.k, tau=prep.tau,
         weights=p.reshape(prep.shape).astype(prep.out_dtype),
         complement=q.reshape(prep.shape),
         status=fwd.codes().reshape(prep.shape[:-1]),
         failures=failures,
+        stderr=stderr,
+        params=dict(prep.params),
     )
 
 
-def soft_topk(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float = 1.0) -> NDArray[Any]:
+def soft_topk(
+    x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float = 1.0, **params: int | float
+) -> NDArray[Any]:
     """Smooth top-k weights of ``x / tau`` along the last axis.
 
     Returns ``p`` of the shape of ``x``: for the exact methods, entries in [0, 1] summing to
@@ -240,8 +259,10 @@ def soft_topk(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float 
     Args:
         x: scores ``[..., n]``; ``-inf`` masks an entry (weight 0).
         k: how many entries to select, ``1 <= k <= n``.
-        method: a name from ``METHODS`` (``softtopk methods`` lists them).
+        method: a name from ``METHODS`` or an alias (``softtopk methods`` lists them).
         tau: temperature > 0.
+        params: the method's extra parameters (``METHODS[name].parameters``, e.g. ``samples``,
+            ``seed``); a parameter the method does not take is an error.
 
     Raises:
         InvalidArgumentError: bad arguments (a ``ValueError``).
@@ -251,7 +272,7 @@ def soft_topk(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float 
     >>> soft_topk([1.0, 2.0, 3.0], 2, "thre-exp").round(4)
     array([0.2689, 0.7311, 1.    ])
     """
-    result = evaluate(x, k, method, tau=tau)
+    result = evaluate(x, k, method, tau=tau, **params)
     if result.failures:
         raise NumericalFailureError(result.failures)
     return result.weights
@@ -264,7 +285,9 @@ def _checked_forward(prep: _Prepared) -> Forward:
     return fwd
 
 
-def jacobian(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float = 1.0) -> NDArray[Any]:
+def jacobian(
+    x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float = 1.0, **params: int | float
+) -> NDArray[Any]:
     """Jacobian ``d p / d x`` of :func:`soft_topk`, shape ``[..., n, n]`` (includes ``1/tau``).
 
     ``J[..., i, j] = d p_i / d x_j``. Masked entries have zero rows and columns.
@@ -276,17 +299,19 @@ def jacobian(x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float =
     array([[ 0.125, -0.125],
            [-0.125,  0.125]])
     """
-    prep = _prepare(x, k, method, tau)
+    prep = _prepare(x, k, method, tau, params)
     n = prep.shape[-1]
     if prep.z.shape[0] == 0:  # an empty batch has an empty Jacobian, whatever the method
         return np.zeros((*prep.shape, n), dtype=prep.out_dtype)
     fwd = _checked_forward(prep)
     with np.errstate(all="ignore"):
-        jac = prep.spec.implementation.jacobian(fwd, prep.z, prep.k) / prep.tau
+        jac = prep.impl.jacobian(fwd, prep.z, prep.k) / prep.tau
     return jac.reshape((*prep.shape, n)).astype(prep.out_dtype)
 
 
-def vjp(x: ArrayLike, k: int, v: ArrayLike, method: str = DEFAULT_METHOD, *, tau: float = 1.0) -> NDArray[Any]:
+def vjp(
+    x: ArrayLike, k: int, v: ArrayLike, method: str = DEFAULT_METHOD, *, tau: float = 1.0, **params: int | float
+) -> NDArray[Any]:
     """Vector-Jacobian product ``v^T (d p / d x)`` without forming the Jacobian.
 
     ``v`` has the shape of ``x``; the result too. O(n) per row for threshold methods.
@@ -297,7 +322,7 @@ def vjp(x: ArrayLike, k: int, v: ArrayLike, method: str = DEFAULT_METHOD, *, tau
     >>> vjp([0.0, 0.0], 1, [1.0, 0.0], "thre-sigmoid")
     array([ 0.125, -0.125])
     """
-    prep = _prepare(x, k, method, tau)
+    prep = _prepare(x, k, method, tau, params)
     v_arr = _as_real_array(v, "v")
     if v_arr.shape != prep.shape:
         raise InvalidArgumentError(f"v must have the shape of x {prep.shape}, got {v_arr.shape}")
@@ -308,7 +333,7 @@ def vjp(x: ArrayLike, k: int, v: ArrayLike, method: str = DEFAULT_METHOD, *, tau
         return np.zeros(prep.shape, dtype=prep.out_dtype)
     fwd = _checked_forward(prep)
     with np.errstate(all="ignore"):
-        out = prep.spec.implementation.vjp(fwd, prep.z, prep.k, v2) / prep.tau
+        out = prep.impl.vjp(fwd, prep.z, prep.k, v2) / prep.tau
     return out.reshape(prep.shape).astype(prep.out_dtype)
 
 
@@ -322,6 +347,84 @@ def trace_grad_recursive(x: ArrayLike, k: int, *, tau: float = 1.0) -> Recursion
     Raises:
         InvalidArgumentError: bad ``x``, ``k`` or ``tau``.
     """
-    prep = _prepare(x, k, "grad-recursive", tau)
+    z = scaled_scores(x, k, tau=tau)
     with np.errstate(all="ignore"):  # the trace records log(0) and log(<0) instead of warning
-        return grad_recursive_trace(prep.z, prep.k)
+        return grad_recursive_trace(z, int(k))
+
+
+@dataclass(frozen=True)
+class TopKSum:
+    """The soft top-k sum of one method on one input, per row (batch shape).
+
+    ``value`` is ``sum_i p_i x_i``; ``potential`` the method's potential ``Phi`` with
+    ``grad_x Phi = p`` (e.g. ``tau log e_k(e^{x/tau})`` for GradTopK), or None when the method
+    is not the gradient of a potential. Both are NaN on failed rows; both tend to the sum of the
+    k largest entries of ``x`` as the selection hardens.
+    """
+
+    method: str
+    k: int
+    tau: float
+    value: FloatArray
+    potential: FloatArray | None
+    status: NDArray[np.str_]
+    failures: tuple[RowFailure, ...]
+
+
+def evaluate_sum(
+    x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float = 1.0, **params: int | float
+) -> TopKSum:
+    """The smooth sum of the k largest entries of ``x``, per row, without raising on failure.
+
+    Same arguments as :func:`soft_topk`. Masked entries (``-inf``) contribute nothing.
+
+    Raises:
+        InvalidArgumentError: bad arguments (a ``ValueError``).
+
+    >>> s = evaluate_sum([1.0, 2.0, 3.0], 2, "thre-sigmoid", tau=0.01)
+    >>> round(float(s.value), 6), round(float(s.potential), 6)
+    (5.0, 5.0)
+    """
+    prep = _prepare(x, k, method, tau, params)
+    fwd, failures = _forward(prep)
+    failed = fwd.codes() != OK
+    finite = np.isfinite(prep.z)
+    top = np.max(np.where(finite, prep.z, -np.inf), axis=-1)  # 0: z is shifted
+    x64 = _as_real_array(x).astype(np.float64).reshape(prep.z.shape)
+    shift = np.max(np.where(finite, x64, -np.inf), axis=-1) - top * prep.tau
+    with np.errstate(invalid="ignore"):  # failed rows hold NaN
+        value = np.sum(np.where(finite, fwd.p * np.where(finite, x64, 0.0), 0.0), axis=-1)
+    value = np.where(failed, np.nan, value)
+    potential = None
+    potential_fn = prep.spec.capabilities.potential
+    if potential_fn is not None:
+        with np.errstate(all="ignore"):
+            phi = potential_fn(fwd, prep.z, prep.k)
+        potential = np.where(failed, np.nan, prep.tau * phi + prep.k * shift)
+        potential = potential.reshape(prep.shape[:-1])
+    return TopKSum(
+        method=prep.spec.name, k=prep.k, tau=prep.tau, value=value.reshape(prep.shape[:-1]),
+        potential=potential, status=fwd.codes().reshape(prep.shape[:-1]), failures=failures,
+    )
+
+
+def soft_topk_sum(
+    x: ArrayLike, k: int, method: str = DEFAULT_METHOD, *, tau: float = 1.0, **params: int | float
+) -> tuple[FloatArray, FloatArray | None]:
+    """``(sum_i p_i x_i, potential or None)`` per row: two smooth sums of the k largest entries.
+
+    The potential ``Phi`` (declared per method in the registry) has gradient exactly ``p``:
+    ``tau log e_k(e^{x/tau})`` for GradTopK, the regularised maximum
+    ``max_{p in D(n,k)} <p, x> - tau R(p)`` for the threshold operators.
+
+    Raises:
+        InvalidArgumentError: bad arguments. NumericalFailureError: the method failed on a row.
+
+    >>> value, potential = soft_topk_sum([1.0, 2.0, 3.0], 1, "grad")
+    >>> round(float(value), 4), round(float(potential), 4)
+    (2.5752, 3.4076)
+    """
+    result = evaluate_sum(x, k, method, tau=tau, **params)
+    if result.failures:
+        raise NumericalFailureError(result.failures)
+    return result.value, result.potential

@@ -21,7 +21,7 @@ from topk_cli.api import DEFAULT_METHOD
 from topk_cli.errors import InputError, SoftTopKError, UnknownMethodError
 from topk_cli.inputs import LoadedInput, load_input
 from topk_cli.output import write_bytes, write_text
-from topk_cli.registry import METHODS
+from topk_cli.registry import METHODS, lookup
 from topk_cli.render.common import OutputFormat
 
 app = typer.Typer(
@@ -66,6 +66,14 @@ OutputOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random generator (results are deterministic).")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when a failure is found (for CI).")]
+HardnessOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--hardness",
+        help="Instead of --tau: per method, the tau at which the mean top-k mass (share of the weight on the true top-k) is H, in (k/n, 1).",
+        show_default=False,
+    ),
+]
 
 
 def _version_callback(value: bool) -> None:
@@ -117,22 +125,21 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
     """The method names of ``-m``, in the order given; ``all`` means every method (registry order).
 
     ``None`` or an empty list gives ``default``; duplicates are dropped; a comma-separated
-    value (``-m grad,thre-exp``) is accepted too.
+    value (``-m grad,thre-exp``) is accepted too; an alias (``-m lapsum``) gives its method.
 
     Raises:
-        UnknownMethodError: a name not in the registry (the message lists the valid names).
+        UnknownMethodError: a name not in the registry (the message suggests the closest name
+            and lists the valid ones).
     """
     requested = [part.strip() for name in (names or []) for part in name.split(",") if part.strip()]
     if not requested:
         requested = list(default)
     out: list[str] = []
     for name in requested:
-        if name == "all":
-            chosen = list(METHODS)
-        elif name in METHODS:
-            chosen = [name]
-        else:
-            raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}, or 'all'")
+        try:
+            chosen = list(METHODS) if name == "all" else [lookup(name).name]
+        except UnknownMethodError as exc:
+            raise UnknownMethodError(f"{exc}, or 'all'") from None
         out.extend(m for m in chosen if m not in out)
     return out
 
@@ -190,22 +197,56 @@ def compute(
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
+    with_sum: Annotated[
+        bool,
+        typer.Option(
+            "--sum",
+            help="Add the soft top-k sum per row and method: sum_i p_i x_i, and the potential whose "
+            "gradient is p where the method has one.",
+        ),
+    ] = False,
+    samples: Annotated[
+        Optional[int], typer.Option("--samples", help="Monte-Carlo samples (methods that take it).", show_default=False)
+    ] = None,
+    seed: Annotated[
+        Optional[int],
+        typer.Option("--seed", help="Seed of the random generator (Monte-Carlo methods; deterministic).", show_default=False),
+    ] = None,
+    max_iter: Annotated[
+        Optional[int], typer.Option("--max-iter", help="Iteration cap (iterative solvers that take it).", show_default=False)
+    ] = None,
+    tol: Annotated[
+        Optional[float], typer.Option("--tol", help="Convergence tolerance (iterative solvers that take it).", show_default=False)
+    ] = None,
+    hardness: HardnessOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
 ) -> None:
     """Soft top-k weights of every vector in INPUT, one column per method (default thre-laplace).
 
     Exit code 1 when a method failed numerically on some row (e.g. grad-recursive); the other
-    rows and methods are still printed, and stderr names the failed rows.
+    rows and methods are still printed, and stderr names the failed rows. --samples, --seed,
+    --max-iter and --tol go to the selected methods that take them ('softtopk methods' lists
+    each method's parameters); naming one that no selected method takes is an error.
     """
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_warnings, render_compute
 
     data = read_vectors(input, values, column, input_format)
     names = resolve_methods(method, default=[DEFAULT_METHOD])
-    report = build_compute_report(data, k=k, methods=names, tau=tau, with_jacobian=with_jacobian)
+    given = {"samples": samples, "seed": seed, "max_iter": max_iter, "tol": tol}
+    params = {name: value for name, value in given.items() if value is not None}
+    report = build_compute_report(
+        data, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params,
+        hardness=hardness,
+    )
     rendered = render_compute(report, fmt, color=color_enabled() and output is None)
     write_text(rendered.text, output)
+    if hardness is not None and fmt is not OutputFormat.table:
+        from topk_cli.render.compute import hardness_lines
+
+        for line in hardness_lines(report):
+            typer.echo(f"softtopk: note: {line}", err=True)
     for note in rendered.notes:
         typer.echo(f"softtopk: note: {note}", err=True)
     for warning in compute_warnings(report):
@@ -295,6 +336,7 @@ def temperature_sweep_command(
     plot: Annotated[
         Optional[Path], typer.Option("--plot", help="Save a PNG: error vs gradient signal (needs matplotlib).", show_default=False)
     ] = None,
+    hardness: HardnessOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
 ) -> None:
@@ -319,7 +361,7 @@ def temperature_sweep_command(
         x = data.values[row].tolist()
     names = resolve_methods(method, default=["all"])
     with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
-        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, progress=progress)
+        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
     png = render_plot_png(result) if plot is not None else None
     write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:
@@ -383,6 +425,149 @@ def stability_probe_command(
     write_text(render_probe(report, fmt, color=color_enabled() and output is None), output)
     if strict and report.failed:
         raise typer.Exit(code=1)
+
+
+@app.command(
+    "train-probe",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk train-probe --quick\n"
+        "  softtopk train-probe --plot train_probe.png\n"
+        "  softtopk train-probe --task all --steps 150 --seeds 5 --hardness 0.6,0.8,0.95\n"
+        "  softtopk train-probe -m thre-laplace --taus 0.1 --no-grad-check --strict"
+    ),
+)
+@boundary
+def train_probe_command(
+    method: MethodOpt = None,
+    task: Annotated[
+        Optional[list[str]],
+        typer.Option("--task", help="select, topk-sum, knn (repeatable or comma-separated), or 'all'. Default: select,knn.", show_default=False),
+    ] = None,
+    hardness: Annotated[
+        Optional[str],
+        typer.Option("--hardness", help="Top-k masses to train at, tau calibrated per method and task (e.g. 0.8 or 0.6,0.8). Default 0.8.", show_default=False),
+    ] = None,
+    taus: Annotated[
+        Optional[str], typer.Option("--taus", help="Fixed taus instead of (or with --hardness, as well as) calibrated ones: a,b,c or START:STOP:COUNT.", show_default=False)
+    ] = None,
+    n: Annotated[Optional[int], typer.Option("-n", help="Items per instance for every task (default 20).", show_default=False)] = None,
+    k: Annotated[
+        Optional[int], typer.Option("-k", help="Selection size for every task (default: select 3, knn 5, topk-sum 3).", show_default=False)
+    ] = None,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", help="Paired seeds (default 3; 2 with --quick).", show_default=False)] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimiser steps (default 100; 60 with --quick).", show_default=False)] = None,
+    batch: Annotated[int, typer.Option("--batch", help="Minibatch size.")] = 32,
+    optimizer: Annotated[str, typer.Option("--optimizer", help="adam or sgd.")] = "adam",
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (default 0.05 for Adam, 1.0 for SGD).", show_default=False)] = None,
+    scale: Annotated[
+        str, typer.Option("--scale", help="fixed: row z-scores, unit-norm parameters; free: raw scores (a stress test).")
+    ] = "fixed",
+    straight_through: Annotated[
+        bool, typer.Option("--straight-through", help="Hard top-k forward, the operator's gradient backward.")
+    ] = False,
+    grad_check: Annotated[
+        Optional[bool],
+        typer.Option("--grad-check/--no-grad-check", help="Cosine to the true gradient (default on; off with --quick).", show_default=False),
+    ] = None,
+    grad_check_hardness: Annotated[
+        str, typer.Option("--grad-check-hardness", help="Top-k masses at which the gradient is checked.")
+    ] = "0.6,0.8,0.95",
+    target: Annotated[float, typer.Option("--target", help="'Reached' = metric >= target x the oracle's.")] = 0.9,
+    samples: Annotated[
+        int, typer.Option("--samples", help="Samples per call of Monte Carlo methods (fresh noise every step).")
+    ] = 32,
+    quick: Annotated[bool, typer.Option("--quick", help="Smoke run: select only, 60 steps, 2 seeds, no gradient check.")] = False,
+    seed: SeedOpt = 0,
+    plot: Annotated[
+        Optional[Path], typer.Option("--plot", help="Save a PNG: learning curves and cos(true) against hardness (needs matplotlib).", show_default=False)
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when a selected method fails, is anti-aligned, unreachable or refuses > 1% of rows.")
+    ] = False,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+) -> None:
+    """Which operator to train through: train every method at equal hardness on tasks with a known answer.
+
+    Per task and method: tau calibrated to the target top-k mass, learning curves of the hard
+    metric on held-out data over paired seeds, the gradient's cosine to the true gradient, dead
+    and refused rows, and a verdict (tied / worse / fails / anti-aligned / unreachable / baseline).
+    """
+    from topk_cli.analysis.sweep import parse_taus
+    from topk_cli.analysis.train_probe import parse_hardness, probe_config, train_probe
+    from topk_cli.render.common import ProgressReporter
+    from topk_cli.render.train_probe import render_train_probe, render_train_probe_png
+
+    config = probe_config(
+        tasks=task, methods=resolve_methods(method, default=["all"]), hardness=hardness,
+        taus=parse_taus(taus) if taus else (), seeds=seeds, steps=steps, quick=quick, grad_check=grad_check,
+        batch=batch, optimizer=optimizer, lr=lr, straight_through=straight_through,
+        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, mc_samples=samples, n=n, k=k, scale=scale,
+    )
+    with ProgressReporter("train-probe", enabled=stderr_is_terminal()) as progress:
+        result = train_probe(config, progress=progress)
+    png = render_train_probe_png(result) if plot is not None else None
+    write_text(render_train_probe(result, fmt, color=color_enabled() and output is None), output)
+    if png is not None and plot is not None:
+        write_bytes(png, plot)
+        typer.echo(f"softtopk: note: plot written to {plot}", err=True)
+    for warning in result.warnings:
+        typer.echo(f"softtopk: warning: {warning}", err=True)
+    if strict and result.failed:
+        for line in result.failures:
+            typer.echo(f"softtopk: {line}", err=True)
+        raise typer.Exit(code=1)
+
+
+@app.command(
+    "bench",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk bench -B 1024 -n 64 -k 2\n"
+        "  softtopk bench -B 1000 -n 1000 -k 10 -m thre-laplace -m grad --dtype float32 --format json\n"
+        "  softtopk bench -k 2 -m all sample_inputs/router_logits.csv"
+    ),
+)
+@boundary
+def bench_command(
+    k: KOpt,
+    input: InputArg = None,
+    batch: Annotated[int, typer.Option("-B", "--batch", help="Rows of random normal scores (without INPUT).")] = 1000,
+    n: Annotated[int, typer.Option("-n", help="Length of each random vector (without INPUT).")] = 1000,
+    method: MethodOpt = None,
+    tau: TauOpt = 1.0,
+    values: ValuesOpt = None,
+    column: ColumnOpt = None,
+    input_format: InputFormatOpt = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 or float64: the dtype timed.")] = "float64",
+    repeats: Annotated[int, typer.Option("--repeats", help="Repeats per measurement (the median is shown).")] = 5,
+    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory (tracemalloc).")] = True,
+    seed: SeedOpt = 0,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+) -> None:
+    """Time forward and VJP of each method on your shape, as ratios to np.exp and np.sort.
+
+    Scores are random normal (-B x -n, --seed) or the vectors of INPUT / --values. Also shows
+    milliseconds and the peak extra memory of one call (tracemalloc). Default: every method.
+    """
+    from topk_cli.analysis.bench import bench, check_dtype, random_scores
+    from topk_cli.render.bench import render_bench
+    from topk_cli.render.common import ProgressReporter
+
+    if input is None and values is None:
+        x = random_scores(batch, n, seed=seed, dtype=dtype)
+        source = f"random normal scores (seed {seed})"
+    else:
+        data = read_vectors(input, values, column, input_format)
+        x = data.values.astype(check_dtype(dtype))
+        source = data.source
+    names = resolve_methods(method, default=["all"])
+    with ProgressReporter("bench", enabled=stderr_is_terminal()) as progress:
+        report = bench(x, k, names, tau=tau, repeats=repeats, memory=memory, seed=seed, source=source,
+                       progress=progress)
+    write_text(render_bench(report, fmt, color=color_enabled() and output is None), output)
 
 
 # COMMANDS-END

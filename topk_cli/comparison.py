@@ -1,25 +1,29 @@
 """Run several methods side by side on loaded vectors: what ``softtopk compute`` shows.
 
 :func:`build_compute_report` runs the library (``evaluate`` per method, the hard top-k, the
-Jacobian of the rows that succeeded, and for ``grad-recursive`` the predicted distance to its
-stability boundary) and returns a :class:`ComputeReport`; ``topk_cli.render.compute`` turns it
+Jacobian of the rows that succeeded, under ``--sum`` the soft top-k sums, and for a method with a
+stability model (``grad-recursive``) the predicted distance to its stability boundary) and
+returns a :class:`ComputeReport`; ``topk_cli.render.compute`` turns it
 into text. Failures are recorded per row, never raised.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from topk_cli.analysis.probe import RecursionOutlook, grad_recursive_outlook
-from topk_cli.api import evaluate, jacobian, soft_topk
+from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
+from topk_cli.api import evaluate, evaluate_sum, get_method, jacobian, scaled_scores, soft_topk
 from topk_cli.errors import InputError, InvalidArgumentError, NumericalFailureError, RowFailure
 from topk_cli.inputs import LoadedInput
+from topk_cli.recursion import RecursionOutlook
+from topk_cli.registry import BASELINE_METHOD, METHODS
 
-#: ``compute`` warns about a ``grad-recursive`` row that succeeded when the recursion is predicted
+#: ``compute`` warns about a row of a method with a stability model (``grad-recursive``) that succeeded when the recursion is predicted
 #: to lose at least this many decimal digits on it: rows that lose about 3.5 or more are already
 #: refused (``cancellation``), so such a row sits just inside the stability boundary.
 BOUNDARY_WARNING_DIGITS = 2.5
@@ -30,7 +34,11 @@ MAX_JACOBIAN_NUMBERS = 10_000_000
 class MethodRun:
     """One method on every row: weights ``(B, n)`` (NaN on failed rows), status per row.
 
-    ``jacobian`` is ``(B, n, n)`` ``d p_i / d x_j`` (NaN on failed rows) under ``--jacobian``.
+    ``jacobian`` is ``(B, n, n)`` ``d p_i / d x_j`` (NaN on failed rows) under ``--jacobian``;
+    ``sums`` ``(B,)`` is ``sum_i p_i x_i`` and ``potential`` ``(B,)`` the method's potential (None
+    when it has none) under ``--sum``; ``stderr`` ``(B, n)`` the standard errors of a Monte-Carlo
+    method; ``params`` the method's parameters used; ``outlook`` the predicted distance to the
+    stability boundary of a method with a stability model.
     """
 
     method: str
@@ -38,6 +46,14 @@ class MethodRun:
     status: NDArray[np.str_]
     failures: tuple[RowFailure, ...]
     jacobian: NDArray[np.float64] | None = None
+    sums: NDArray[np.float64] | None = None
+    potential: NDArray[np.float64] | None = None
+    stderr: NDArray[np.float64] | None = None
+    params: Mapping[str, int | float] | None = None
+    outlook: RecursionOutlook | None = None
+    #: Under ``--hardness``: the calibration; ``tau`` is its tau (None when unreachable).
+    match: HardnessMatch | None = None
+    tau: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,21 +65,42 @@ class ComputeReport:
     data: LoadedInput
     hard: NDArray[np.float64]
     runs: tuple[MethodRun, ...]
-    outlook: RecursionOutlook | None = None  # set when grad-recursive is among the methods
+    with_sum: bool = False
+    hardness: float | None = None  # --hardness: tau chosen per method (run.tau)
+
+    @property
+    def unreachable(self) -> tuple[MethodRun, ...]:
+        """Methods that cannot reach ``--hardness`` (not computed; the reason is in ``match``)."""
+        return tuple(run for run in self.runs if run.match is not None and run.match.tau is None and run.match.status != "constant")
 
     @property
     def failed(self) -> bool:
-        """True when some method failed on some row (exit code 1)."""
-        return any(run.failures for run in self.runs)
+        """True when some method failed on some row or cannot reach ``--hardness`` (exit code 1)."""
+        return any(run.failures for run in self.runs) or bool(self.unreachable)
 
 
 def build_compute_report(
-    data: LoadedInput, *, k: int, methods: Sequence[str], tau: float, with_jacobian: bool = False
+    data: LoadedInput,
+    *,
+    k: int,
+    methods: Sequence[str],
+    tau: float,
+    with_jacobian: bool = False,
+    with_sum: bool = False,
+    params: Mapping[str, int | float] | None = None,
+    hardness: float | None = None,
 ) -> ComputeReport:
     """Run every method on every row of ``data``; failures are recorded per row, not raised.
 
+    ``params`` (e.g. ``{"samples": 1000}``) go to the methods that declare them; naming one
+    that no selected method takes is an error (it would silently do nothing). With ``hardness``
+    each method runs at its own tau, the largest at which its mean top-k mass over the rows
+    equals ``hardness`` (:func:`topk_cli.tau_for_hardness`); a method that cannot reach it is not
+    computed (weights NaN, status ``unreachable``).
+
     Raises:
-        InvalidArgumentError: ``k < 1``, ``tau`` not a finite number > 0, or a Jacobian too big.
+        InvalidArgumentError: ``k < 1``, ``tau`` not a finite number > 0, a Jacobian too big,
+            or a parameter no selected method takes.
         InputError: vectors shorter than ``k``, or a row with fewer than ``k`` unmasked entries.
     """
     x = data.values
@@ -86,28 +123,64 @@ def build_compute_report(
             f"--jacobian would hold {rows * n * n * len(methods):.3g} numbers ({rows} rows, n={n}, "
             f"{len(methods)} methods), more than {MAX_JACOBIAN_NUMBERS:.0e}; use topk_cli.vjp in Python"
         )
-    hard = np.asarray(soft_topk(x, k, "hard"), dtype=np.float64)
+    given = dict(params or {})
+    specs = [get_method(name) for name in methods]
+    for key in given:
+        if not any(key in {p.name for p in spec.parameters} for spec in specs):
+            takers = sorted({spec.name for spec in METHODS.values() if key in {p.name for p in spec.parameters}})
+            option = "--" + key.replace("_", "-")
+            raise InvalidArgumentError(
+                f"{option} applies to {', '.join(takers) if takers else 'no method'}, and no selected method takes it"
+            )
+    hard = np.asarray(soft_topk(x, k, BASELINE_METHOD), dtype=np.float64)
     runs = []
-    for name in methods:
-        result = evaluate(x, k, name, tau=tau)
+    for spec in specs:
+        name = spec.name
+        own = {key: value for key, value in given.items() if key in {p.name for p in spec.parameters}}
+        match = tau_for_hardness(x, k, name, hardness, **own) if hardness is not None else None
+        run_tau = tau if match is None or match.status == "constant" else match.tau
+        if run_tau is None:  # cannot reach --hardness: nothing to compute
+            runs.append(
+                MethodRun(
+                    method=name, weights=np.full((rows, n), np.nan), status=np.full(rows, "unreachable"),
+                    failures=(), jacobian=np.full((rows, n, n), np.nan) if with_jacobian else None, match=match,
+                )
+            )
+            continue
+        result = evaluate(x, k, name, tau=run_tau, **own)
         jac = None
         status = np.asarray(result.status).reshape(rows).copy()
         failures = result.failures
         if with_jacobian:
-            jac, derivative_failures = _jacobian_rows(x, k, name, tau, status)
+            jac, derivative_failures = _jacobian_rows(x, k, name, run_tau, status, own)
             failures = failures + derivative_failures
+        sums = potential = None
+        if with_sum:
+            total = evaluate_sum(x, k, name, tau=run_tau, **own)
+            sums = np.asarray(total.value, dtype=np.float64).reshape(rows)
+            if total.potential is not None:
+                potential = np.asarray(total.potential, dtype=np.float64).reshape(rows)
+        outlook = None
+        if spec.stability is not None:
+            with np.errstate(all="ignore"):
+                outlook = spec.stability.outlook(scaled_scores(x, k, tau=run_tau), k, None)
         runs.append(
             MethodRun(
                 method=name, weights=np.asarray(result.weights, dtype=np.float64),
                 status=status, failures=failures, jacobian=jac,
+                sums=sums, potential=potential,
+                stderr=None if result.stderr is None else np.asarray(result.stderr, dtype=np.float64).reshape(rows, n),
+                params=dict(result.params), outlook=outlook,
+                match=match, tau=match.tau if match is not None else None,
             )
         )
-    outlook = grad_recursive_outlook(x, k, tau=tau) if "grad-recursive" in methods else None
-    return ComputeReport(k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs), outlook=outlook)
+    return ComputeReport(
+        k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs), with_sum=with_sum, hardness=hardness
+    )
 
 
 def _jacobian_rows(
-    x: NDArray[np.float64], k: int, method: str, tau: float, status: NDArray[np.str_]
+    x: NDArray[np.float64], k: int, method: str, tau: float, status: NDArray[np.str_], params: dict[str, Any]
 ) -> tuple[NDArray[np.float64], tuple[RowFailure, ...]]:
     """Jacobians ``(B, n, n)`` of the rows whose weights are ok (NaN elsewhere). A row whose
     derivative fails is a per-row failure: its status (updated in place) becomes the failure's
@@ -118,17 +191,17 @@ def _jacobian_rows(
     if ok.size == 0:
         return jac, ()
     try:
-        jac[ok] = jacobian(x[ok], k, method, tau=tau)
+        jac[ok] = jacobian(x[ok], k, method, tau=tau, **params)
         return jac, ()
     except NumericalFailureError as exc:
         bad = {ok[f.row[0]] for f in exc.failures if f.row}
     failures = []
     for r in ok:
         if r not in bad:
-            jac[r] = jacobian(x[r], k, method, tau=tau)
+            jac[r] = jacobian(x[r], k, method, tau=tau, **params)
             continue
         try:  # the batch call named the row; confirm it alone (and get its own diagnosis)
-            jac[r] = jacobian(x[r], k, method, tau=tau)
+            jac[r] = jacobian(x[r], k, method, tau=tau, **params)
         except NumericalFailureError as exc:
             failure = exc.failures[0]
             status[r] = failure.code

@@ -22,6 +22,10 @@ class UnknownMethodError(InvalidArgumentError):
     """A method name that is not in the registry; the message lists the valid names."""
 
 
+class ResourceError(SoftTopKError, MemoryError):
+    """A computation that does not fit in memory; the message names the size and what to do."""
+
+
 class InputError(SoftTopKError, ValueError):
     """An unreadable or invalid input file; the message names file, row and column."""
 

@@ -1,25 +1,77 @@
-"""The registry of methods: one explicit tuple of frozen specs, exposed as ``METHODS``.
+"""The registry of methods: the one place that knows each method, exposed as ``METHODS``.
 
-A spec says what a method is (summary, family, reference) and what it *claims*. The claims are
-not copied from the source articles: each was measured by ``softtopk verify-properties`` and
-is tested against the same checks (``tests/test_properties.py``), so a claim here is a claim the
-tool will defend. Where an article asserts more, the README says so.
+Each :class:`MethodSpec` carries everything the rest of the package asks about a method: what
+it is (summary, family, reference, aliases under which other papers and libraries know it),
+its numerical implementation (required), what it *claims* (:class:`Guarantees`), what it can
+do (:class:`Capabilities`: exact or Monte Carlo, Jacobian, integer k, default in the probe,
+potential), its extra parameters (:class:`ParamSpec`), the reference ``stability-probe`` judges
+it against (:class:`ProbeReference`), the failure codes it may report (:class:`FailureCode`),
+and, for a method whose breakdown can be predicted, its model (:class:`StabilityModel`).
+Commands, analyses, renderers and test grids derive from these fields; none tests a method's
+name.
+
+The claims are not copied from the source articles: each was measured by ``softtopk
+verify-properties`` and is tested against the same checks (``tests/test_properties.py``), so a
+claim here is a claim the tool will defend. Where an article asserts more, the README says so.
+
+Adding a method: write its operator module (an :class:`Implementation`), add one
+``MethodSpec`` to ``_SPECS`` below, and its tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+import difflib
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from functools import partial
 from types import MappingProxyType
+from typing import Any, cast
 
-from topk_cli.operators._base import Implementation
-from topk_cli.operators.gradtopk import GRAD, GRAD_RECURSIVE
+from topk_cli.errors import InvalidArgumentError, UnknownMethodError
+from topk_cli.operators._base import FloatArray, Implementation
+from topk_cli.operators.gradtopk import GRAD, GRAD_RECURSIVE, RecursionTrace, grad_recursive_trace
 from topk_cli.operators.hard import HARD
+from topk_cli.operators.perturbed import DEFAULT_SAMPLES, DEFAULT_SEED, PERTURBED, perturbed_potential
+from topk_cli.operators.potentials import (
+    PotentialFn,
+    binary_entropy,
+    clip_regulariser,
+    cube_regulariser,
+    entropy,
+    laplace_regulariser,
+    log_esp,
+    no_regulariser,
+    regularised_max,
+)
+from topk_cli.operators.projection import THRE_CLIP, THRE_CUBE, f_clip, f_cube
 from topk_cli.operators.sequential import ITERATIVE, WEIGHTED_SOFTMAX
+from topk_cli.operators.sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, NO_CONVERGENCE, OT_SINKHORN
 from topk_cli.operators.threshold import THRE_EXP, THRE_LAPLACE, THRE_SIGMOID
+from topk_cli.operators.topk_softmax import TOPK_SOFTMAX, topk_softmax_reference
+from topk_cli.recursion import RecursionOutlook, recursion_outlook
+from topk_cli.references import (
+    ReferenceContext,
+    ReferenceFn,
+    extended_precision,
+    f_exp,
+    f_laplace,
+    f_sigmoid,
+    grad_reference,
+    iterative_definition,
+    threshold_bisection,
+    weighted_softmax_definition,
+)
 
 #: Smoothness classes, from best to worst.
 SMOOTHNESS_CLASSES = ("C-infinity", "C1", "C0", "discontinuous")
+
+#: A Monte-Carlo method is judged within this many of its standard errors (per weight) by
+#: ``verify-properties`` and ``stability-probe``: a deviation beyond 4 standard errors has
+#: probability below 1e-4 per weight under the normal approximation.
+MONTE_CARLO_STDERRS = 4.0
 
 
 @dataclass(frozen=True)
@@ -60,18 +112,210 @@ class Guarantees:
         return out
 
 
+class Evaluation(str, Enum):
+    """How a method computes its weights."""
+
+    EXACT = "exact"  # deterministic, to float64 accuracy (or the row is refused)
+    MONTE_CARLO = "monte-carlo"  # an estimate; ``Forward.aux["stderr"]`` holds the standard error per weight
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """An extra parameter of a method (e.g. ``samples``, ``seed``, ``max_iter``, ``tol``).
+
+    ``name`` is the Python keyword (``soft_topk(..., max_iter=50)``); :attr:`option` the CLI flag
+    (``--max-iter``). ``kind`` is ``int`` or ``float``; ``minimum``/``maximum`` are inclusive
+    bounds (None: unbounded). The implementation's ``forward``, ``jacobian`` and ``vjp``
+    receive it as a keyword argument (each only if its signature names it).
+    """
+
+    name: str
+    kind: type
+    default: int | float
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+
+    @property
+    def option(self) -> str:
+        """The CLI flag: ``--`` and the name with ``-`` for ``_``."""
+        return "--" + self.name.replace("_", "-")
+
+    def validate(self, value: object, method: str) -> int | float:
+        """The value converted to :attr:`kind`, or :class:`InvalidArgumentError` naming the rule."""
+        bounds = f"in [{_num(self.minimum)}, {_num(self.maximum)}]"
+        rule = f"{self.name} of method {method!r} must be {'an integer' if self.kind is int else 'a finite number'} {bounds}"
+        if isinstance(value, bool) or type(value).__name__ == "bool_" or not hasattr(value, "__float__"):
+            raise InvalidArgumentError(f"{rule}, got {value!r}")
+        try:
+            number = float(cast(Any, value))
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"{rule}, got {value!r}") from None
+        if not math.isfinite(number) or (self.kind is int and not number.is_integer()):
+            raise InvalidArgumentError(f"{rule}, got {value!r}")
+        if (self.minimum is not None and number < self.minimum) or (self.maximum is not None and number > self.maximum):
+            raise InvalidArgumentError(f"{rule}, got {value!r}")
+        return int(number) if self.kind is int else number
+
+
+def _num(bound: float | None) -> str:
+    if bound is None:
+        return "..."
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+@dataclass(frozen=True)
+class FailureCode:
+    """A status code a method may report for a row, with what it means."""
+
+    code: str
+    meaning: str
+
+
+#: Codes the public API itself may set for any method (a result that is not finite).
+COMMON_FAILURES = (FailureCode("nan", "the method returned a non-finite weight on this row"),)
+
+
+@dataclass(frozen=True)
+class Alias:
+    """Another name of a method, and where that name comes from."""
+
+    name: str
+    reference: str
+
+
+@dataclass(frozen=True)
+class ProbeReference:
+    """What ``stability-probe`` measures a method's ``max_error`` against.
+
+    ``compute(z, k, ctx) -> (weights, trusted rows)`` (see ``topk_cli.references``) or None
+    when there is no independent reference; ``description`` is shown in the output.
+    """
+
+    description: str
+    compute: ReferenceFn | None = None
+
+
+@dataclass(frozen=True)
+class StabilityModel:
+    """A method whose breakdown can be traced and predicted without running it.
+
+    ``trace(z, k)`` runs the method's algorithm recording where it breaks (per row);
+    ``outlook(z, k, ctx)`` predicts it from an exact computation. ``stability-probe`` reports
+    observed and predicted boundaries; ``compute`` warns about rows near the boundary.
+    """
+
+    description: str
+    trace: Callable[[FloatArray, int], RecursionTrace]
+    outlook: Callable[[FloatArray, int, ReferenceContext | None], RecursionOutlook]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a method can do, as opposed to what it claims (:class:`Guarantees`).
+
+    ``evaluation``: exact or Monte Carlo (then judged within :data:`MONTE_CARLO_STDERRS`
+    standard errors); ``jacobian``: has a Jacobian and VJP; ``integer_k``: defined for integer
+    ``k`` only (the API takes integer ``k`` for every method today); ``probe_default``: probed by
+    ``stability-probe`` when no method is named; ``potential``: ``Phi(z)`` with
+    ``grad Phi = p`` (``topk_cli.operators.potentials``), or None when the method is not the
+    gradient of a potential.
+    """
+
+    evaluation: Evaluation = Evaluation.EXACT
+    jacobian: bool = True
+    integer_k: bool = True
+    probe_default: bool = True
+    potential: PotentialFn | None = None
+
+    @property
+    def monte_carlo(self) -> bool:
+        """True for a Monte-Carlo estimate."""
+        return self.evaluation is Evaluation.MONTE_CARLO
+
+
 @dataclass(frozen=True)
 class MethodSpec:
-    """One registered method: CLI name, one-line summary, family, claims, reference."""
+    """One registered method; see the module docstring for what each field drives.
+
+    ``stable_equivalent`` names a registered method computing the same map stably (failures of
+    this one advise it).
+    """
 
     name: str
     summary: str
     family: str
     guarantees: Guarantees
     reference: str
+    implementation: Implementation = field(repr=False, compare=False)
     notes: str = ""
-    implementation: Implementation = field(repr=False, compare=False, default=HARD)
+    capabilities: Capabilities = Capabilities()
+    parameters: tuple[ParamSpec, ...] = ()
+    probe: ProbeReference = ProbeReference("none")
+    failures: tuple[FailureCode, ...] = ()
+    aliases: tuple[Alias, ...] = ()
+    stability: StabilityModel | None = field(default=None, repr=False, compare=False)
+    stable_equivalent: str | None = None
 
+    def resolve_params(self, params: Mapping[str, object] | None = None) -> dict[str, int | float]:
+        """Every parameter of the method: the given ones validated, the others at their default.
+
+        Raises:
+            InvalidArgumentError: a parameter the method does not take, or a value out of range.
+        """
+        given = dict(params or {})
+        known = {p.name: p for p in self.parameters}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            takes = ", ".join(known) if known else "none"
+            raise InvalidArgumentError(
+                f"method {self.name!r} has no parameter {unknown[0]!r} (its parameters: {takes})"
+            )
+        return {name: p.validate(given[name], self.name) if name in given else p.default for name, p in known.items()}
+
+    def bind(self, params: Mapping[str, object] | None = None) -> Implementation:
+        """The implementation with the (validated) parameters bound as keyword arguments.
+
+        Without parameters this is :attr:`implementation` itself (the operators' signatures are
+        unchanged); each of ``forward``, ``jacobian`` and ``vjp`` receives the parameters its
+        signature names (all of them if it takes ``**kwargs``).
+        """
+        values = self.resolve_params(params)
+        if not values:
+            return self.implementation
+        impl = self.implementation
+        return replace(
+            impl,
+            forward=cast(Any, _bound(impl.forward, values)),
+            jacobian=cast(Any, _bound(impl.jacobian, values)),
+            vjp=cast(Any, _bound(impl.vjp, values)),
+        )
+
+    def failure_meaning(self, code: str) -> str | None:
+        """The sentence registered for a failure code of this method (None if unknown)."""
+        return next((f.meaning for f in (*self.failures, *COMMON_FAILURES) if f.code == code), None)
+
+
+def _bound(func: Callable[..., Any], values: Mapping[str, int | float]) -> Callable[..., Any]:
+    sig = inspect.signature(func)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return partial(func, **values)
+    taken = {name: value for name, value in values.items() if name in sig.parameters}
+    return partial(func, **taken) if taken else func
+
+
+# ---------------------------------------------------------------------------------------------
+# the entries
+
+_THRESHOLD_REFERENCE = (
+    "bisection of sum f(z - lambda) = k to float64 convergence (independent of the {solver}), "
+    "where |lambda| < ~1e4"
+)
+_SEQUENTIAL_REFERENCE = "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6"
+_SEQUENTIAL_FAILURES = (
+    FailureCode("ill-conditioned", "the propagated rounding error of p exceeds 1e-9: the operator is ill-conditioned at this input"),
+    FailureCode("inf", "a normaliser vanished (a pole of the operator): the weights are unbounded"),
+)
 
 _SPECS: tuple[MethodSpec, ...] = (
     MethodSpec(
@@ -87,6 +331,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         reference="The k-hot indicator; the target every smooth operator approximates.",
         notes="Piecewise constant: its Jacobian is 0 wherever it exists.",
         implementation=HARD,
+        capabilities=Capabilities(probe_default=False, potential=regularised_max(no_regulariser)),
+        probe=ProbeReference("none: hard top-k is exact by construction (a partition and a comparison)"),
     ),
     MethodSpec(
         name="iterative",
@@ -105,6 +351,8 @@ _SPECS: tuple[MethodSpec, ...] = (
             "(x = 2,1,2,0, k = 2: limit 0.833, 0.333, 0.833, 0)."
         ),
         implementation=ITERATIVE,
+        probe=ProbeReference(_SEQUENTIAL_REFERENCE, extended_precision(iterative_definition)),
+        failures=_SEQUENTIAL_FAILURES,
     ),
     MethodSpec(
         name="weighted-softmax",
@@ -123,6 +371,8 @@ _SPECS: tuple[MethodSpec, ...] = (
             "a pole, rounding differences between equivalent orderings grow without bound."
         ),
         implementation=WEIGHTED_SOFTMAX,
+        probe=ProbeReference(_SEQUENTIAL_REFERENCE, extended_precision(weighted_softmax_definition)),
+        failures=_SEQUENTIAL_FAILURES,
     ),
     MethodSpec(
         name="grad",
@@ -135,6 +385,15 @@ _SPECS: tuple[MethodSpec, ...] = (
         ),
         reference="Su (2024) GradTopK; = inclusion probabilities of conditional Poisson sampling (Hajek 1964; Chen, Dempster & Liu 1994) = SIMPLE marginals (Ahmed et al. 2023).",
         implementation=GRAD,
+        capabilities=Capabilities(potential=log_esp),
+        probe=ProbeReference(
+            "an independent log-space forward/backward program in extended precision (catches "
+            "implementation bugs, not a flaw shared by both)",
+            grad_reference,
+        ),
+        aliases=(
+            Alias("simple", "SIMPLE's exact k-subset marginals (Ahmed, Zeng, Niepert & Van den Broeck, ICLR 2023, 'SIMPLE: a gradient estimator for k-subset sampling')"),
+        ),
     ),
     MethodSpec(
         name="grad-recursive",
@@ -148,6 +407,19 @@ _SPECS: tuple[MethodSpec, ...] = (
         reference="Su (2024), 'Softmax sequel', reference implementation of GradTopK.",
         notes="Kept to expose its failure: rows it cannot compute are reported, never returned wrong.",
         implementation=GRAD_RECURSIVE,
+        capabilities=Capabilities(potential=log_esp),
+        probe=ProbeReference("grad (the exact log-space dynamic program of the library)", grad_reference),
+        failures=(
+            FailureCode("log0", "a log argument 1 - p_i of the recursion rounded to exactly 0 (log 0 = -inf)"),
+            FailureCode("log-negative", "a log argument 1 - p_i of the recursion rounded below 0 (its log is NaN)"),
+            FailureCode("cancellation", "the recursion's subtractions lost digits that compounded over the levels: the weights differ from the exact ones by more than 4e-13"),
+        ),
+        stability=StabilityModel(
+            "the error-amplification model of the recursion (digits lost grow by the odds p/(1-p) per level)",
+            grad_recursive_trace,
+            recursion_outlook,
+        ),
+        stable_equivalent="grad",
     ),
     MethodSpec(
         name="thre-exp",
@@ -161,6 +433,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         reference="Su (2024) ThreTopK with min(1, e^x); entropic regularisation over D(n,k).",
         notes="Kink where z_i = lambda; the Jacobian takes the saturated side (p_i = 1) there.",
         implementation=THRE_EXP,
+        capabilities=Capabilities(potential=regularised_max(entropy)),
+        probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="closed form"), threshold_bisection(f_exp)),
     ),
     MethodSpec(
         name="thre-sigmoid",
@@ -173,6 +447,11 @@ _SPECS: tuple[MethodSpec, ...] = (
         ),
         reference="Su (2024) ThreTopK with sigmoid; = LML (Amos et al. 2019); limit of entropic-OT SOFT top-k (Xie et al. 2020).",
         implementation=THRE_SIGMOID,
+        capabilities=Capabilities(potential=regularised_max(binary_entropy)),
+        probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="Newton solver"), threshold_bisection(f_sigmoid)),
+        aliases=(
+            Alias("lml", "the Limited Multi-Label projection (Amos, Koltun & Kolter 2019, 'The Limited Multi-Label Projection Layer')"),
+        ),
     ),
     MethodSpec(
         name="thre-laplace",
@@ -186,8 +465,205 @@ _SPECS: tuple[MethodSpec, ...] = (
         reference="Su (2024) ThreTopK with the Laplace CDF; = LapSum top-k (ICML 2025).",
         notes="Equals softmax at k = 1 only while every softmax weight is below 1/2 (the article claims it always does).",
         implementation=THRE_LAPLACE,
+        capabilities=Capabilities(potential=regularised_max(laplace_regulariser)),
+        probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="closed form"), threshold_bisection(f_laplace)),
+        aliases=(
+            Alias("lapsum", "LapSum top-k (Struski, Bednarczyk, Podolak & Tabor, ICML 2025, 'LapSum - one method to differentiate them all: ranking, sorting and top-k selection')"),
+        ),
+    ),
+    MethodSpec(
+        name="thre-clip",
+        summary="Threshold top-k with f = clip(t, 0, 1): the Euclidean projection onto the capped simplex (exact, sparse).",
+        family="threshold",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+            sparse=True,
+        ),
+        reference=(
+            "argmax <p, z> - ||p||^2 / 2 over the capped simplex: sparsemax at k = 1 (Martins & Astudillo 2016); "
+            "Sander et al. (2023) top-k mask with p = 2; entmax's budget_bisect."
+        ),
+        notes=(
+            "Exactly sparse; piecewise linear (C0). At a kink (an entry exactly at p = 0 or p = 1) the "
+            "Jacobian takes the clipped side: the entry counts as clipped (derivative 0), as for thre-exp."
+        ),
+        implementation=THRE_CLIP,
+        capabilities=Capabilities(potential=regularised_max(clip_regulariser)),
+        probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="sorted-breakpoint closed form"), threshold_bisection(f_clip)),
+        aliases=(
+            Alias("sparse-topk", "Sander, Puigcerver, Djolonga, Peyre & Blondel, ICML 2023, 'Fast, differentiable and sparse top-k: a convex analysis perspective' (p = 2)"),
+            Alias("entmax-budget", "budget_bisect of the entmax package (deep-spin/entmax): max <x, p> - ||p||^2 / 2 s.t. 0 <= p <= 1, sum p = budget"),
+        ),
+    ),
+    MethodSpec(
+        name="thre-cube",
+        summary="Threshold top-k with f = clip(t, 0, 1)^3: Sander et al.'s p = 4/3 sparse top-k mask.",
+        family="threshold",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+            sparse=True,
+        ),
+        reference=(
+            "argmax <p, z> - (3/4) sum p^(4/3) over the capped simplex: Sander et al. (2023), p-norm "
+            "regularisation with p = 4/3 (their default)."
+        ),
+        notes=(
+            "Exactly sparse and C1 where entries leave 0, but the cap at 1 is a kink (slope 3 below, 0 above): "
+            "C0 once an entry saturates while others are free, so not 'differentiable everywhere'. "
+            "Kinks take the clipped side, as for thre-clip. Regulariser (3/4) sum p^(4/3) = (1/q) sum p^q; "
+            "written as sum p^q it is the same map at tau * 4/3."
+        ),
+        implementation=THRE_CUBE,
+        capabilities=Capabilities(potential=regularised_max(cube_regulariser)),
+        probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="interval search and Newton"), threshold_bisection(f_cube)),
+    ),
+    MethodSpec(
+        name="ot-sinkhorn",
+        summary="Entropic-OT SOFT top-k (Xie et al. 2020) by log-domain Sinkhorn; rows that do not converge are reported.",
+        family="optimal-transport",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=True, monotone_strict=True,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=False, jacobian=True, finite=False, smoothness="C-infinity",
+        ),
+        reference=(
+            "Xie et al., NeurIPS 2020, 'Differentiable top-k with optimal transport': "
+            "two anchors {0, 1}, masses (n-k)/n and k/n, squared cost, eps = 1 on (z - y)^2 / 2."
+        ),
+        notes=(
+            "At convergence it is thre-sigmoid at the same tau; a converged row (marginal error <= tol) is within "
+            "about 2 tol of it. As in the authors' code the last update is the column one: sum p = k exactly, but "
+            "rows only to tol, so an entry can exceed 1 by up to tol (x = 0,-25,-26, k = 2: 1 + 6.4e-10). The authors divide the cost by its batch maximum M, so their eps is tau = eps M / 2 here. "
+            "Sinkhorn slows down as the selection hardens: at the default cap many rows fail below tau ~ spread / 10."
+        ),
+        implementation=OT_SINKHORN,
+        capabilities=Capabilities(potential=regularised_max(binary_entropy)),
+        parameters=(
+            ParamSpec("max_iter", int, DEFAULT_MAX_ITER, "Sinkhorn iteration cap (the authors' default is 200)", minimum=1, maximum=10_000_000),
+            ParamSpec("tol", float, DEFAULT_TOL, "tolerance on the row-marginal error max |m rowmass - 1|", minimum=1e-15, maximum=1.0),
+        ),
+        probe=ProbeReference(
+            "its converged limit, thre-sigmoid at the same tau, by bisection: max_error is Sinkhorn's distance from the limit",
+            threshold_bisection(f_sigmoid),
+        ),
+        failures=(
+            FailureCode(NO_CONVERGENCE, "Sinkhorn's row-marginal error was still above tol after max-iter iterations"),
+        ),
+    ),
+    MethodSpec(
+        name="perturbed",
+        summary="Perturbed top-k E[T_k(x + tau Z)], Z Gaussian (Berthet et al. 2020), by Monte Carlo with standard errors.",
+        family="perturbed",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=False, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=False, hard_limit=True,
+            softmax_at_k1=False, jacobian=False, finite=True, smoothness="discontinuous",
+        ),
+        reference=(
+            "Berthet, Blondel, Teboul, Cuturi, Vert & Bach, NeurIPS 2020, 'Learning with differentiable perturbed "
+            "optimizers' (sigma = tau); as in optax / jaxopt perturbations."
+        ),
+        notes=(
+            "Antithetic pairs with common random numbers (the noise depends on seed, n and samples only). "
+            "Range and sum are exact per sample; monotonicity and permutation equivariance hold in expectation "
+            "only; the estimate is piecewise constant in x, the expectation is C-infinity. Jacobian by "
+            "integration by parts, E[T_k(x + tau Z) Z^T] / tau: it estimates the derivative of the expectation "
+            "(tested within its standard error against the exact one), not of the piecewise-constant estimate, "
+            "whose finite differences are 0, so verify-properties' finite-difference check measures 'no'."
+        ),
+        implementation=PERTURBED,
+        capabilities=Capabilities(evaluation=Evaluation.MONTE_CARLO, probe_default=False, potential=perturbed_potential),
+        parameters=(
+            ParamSpec("samples", int, DEFAULT_SAMPLES, "Monte Carlo samples (even: antithetic pairs)", minimum=4, maximum=10_000_000),
+            ParamSpec("seed", int, DEFAULT_SEED, "seed of the Gaussian noise", minimum=0),
+        ),
+        probe=ProbeReference("none: a Monte Carlo estimate, judged by its standard errors"),
+    ),
+    MethodSpec(
+        name="topk-softmax",
+        summary="Pseudo-smooth top-k: 1 on the top k-1 entries, softmax over the others (discontinuous).",
+        family="pseudo-smooth",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="discontinuous",
+        ),
+        reference="Suggested in the reader comments of Su (2024), 'Softmax sequel: finding smooth approximations of Top-K'.",
+        notes=(
+            "Jumps where the (k-1)-th and k-th entries swap; kept to show what a discontinuity looks like. "
+            "The Jacobian is that of the current selection (no derivative exists at a swap)."
+        ),
+        implementation=TOPK_SOFTMAX,
+        probe=ProbeReference("the closed form by a full sort and softmax in extended precision", topk_softmax_reference),
     ),
 )
 
 #: Every method, by CLI name, in a stable order.
 METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+
+#: Every alias -> the CLI name of its method.
+ALIASES: Mapping[str, str] = MappingProxyType({a.name: spec.name for spec in _SPECS for a in spec.aliases})
+
+#: The method ``soft_topk`` and ``compute`` use when none is named.
+DEFAULT_METHOD = "thre-laplace"
+
+#: The exact target every smooth operator is compared with (``compute``'s hard column, sweeps).
+BASELINE_METHOD = "hard"
+
+
+def _check_registry() -> None:
+    """Names and aliases are unique; references to other methods exist (checked at import)."""
+    names = [s.name for s in _SPECS]
+    every = names + [a.name for s in _SPECS for a in s.aliases]
+    if len(set(every)) != len(every) or "all" in every:
+        raise RuntimeError(f"method names and aliases must be unique and not 'all': {every}")
+    for spec in _SPECS:
+        if spec.stable_equivalent is not None and spec.stable_equivalent not in names:
+            raise RuntimeError(f"{spec.name}: stable_equivalent {spec.stable_equivalent!r} is not registered")
+        if spec.guarantees.smoothness not in SMOOTHNESS_CLASSES:
+            raise RuntimeError(f"{spec.name}: unknown smoothness class {spec.guarantees.smoothness!r}")
+    for default in (DEFAULT_METHOD, BASELINE_METHOD):
+        if default not in names:
+            raise RuntimeError(f"{default!r} is not registered")
+
+
+_check_registry()
+
+
+def _normalised(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def suggest(name: str) -> str | None:
+    """The registered name or alias closest to ``name`` (case, ``_`` for ``-``, typos), or None."""
+    choices = [*METHODS, *ALIASES]
+    by_norm = {_normalised(c): c for c in choices}
+    if _normalised(name) in by_norm:
+        return by_norm[_normalised(name)]
+    close = difflib.get_close_matches(_normalised(name), list(by_norm), n=1, cutoff=0.75)
+    return by_norm[close[0]] if close else None
+
+
+def lookup(name: object) -> MethodSpec:
+    """The spec of a CLI name or alias (``lapsum`` gives ``thre-laplace``'s spec).
+
+    Raises:
+        UnknownMethodError: not a registered name or alias; the message suggests the closest
+            one and lists the valid names.
+    """
+    if isinstance(name, str):
+        if name in METHODS:
+            return METHODS[name]
+        if name in ALIASES:
+            return METHODS[ALIASES[name]]
+    hint = suggest(name) if isinstance(name, str) else None
+    did_you_mean = f"did you mean {hint!r}? " if hint else ""
+    aliases = ", ".join(f"{a} ({m})" for a, m in ALIASES.items())
+    raise UnknownMethodError(
+        f"unknown method {name!r}; {did_you_mean}valid methods: {', '.join(METHODS)}"
+        + (f"; aliases: {aliases}" if aliases else "")
+    )

@@ -14,29 +14,14 @@ grid and classifies each trial:
 Breaches of a property the method does *not* claim (``iterative`` exceeding 1) are counted in
 ``unclaimed``, not as failures. A trial fails when it has at least one failure kind.
 
-GradTopK's recursion (``grad-recursive``) is also traced (level of the first log of a
-non-positive argument, the argument just before) and its failure is *predicted* without running
-it. MATH.md attributes the failure to saturation: the log argument at level ``j`` is
-``c_i^(j-1) = 1 - p_i^(j-1)``, the complement of the level-(j-1) marginal, which rounds to 0 once
-``p_i^(j-1)`` is within an ulp of 1. Measured, that explanation is incomplete: the recursion's
-deflation ``Z_{j-1} - Z_{j-1,i}`` amplifies the relative error of ``c_i`` at every level by the
-odds ``p_i / (1 - p_i)``, so with ``R_1 = 1 / c^(1)`` and
-``R_j = (p^(j) / c^(j)) R_{j-1} + 1 / c^(j)`` the computed argument at level ``j + 1`` carries a
-relative error of about ``u R_j`` (``u = 2^-53``), and the recursion breaks (argument <= 0) at
-the first level where ``u R_j >= 1`` for some entry, often while every marginal is still far
-from 1 (n = 100, k = 50, unit spread: smallest ``1 - p`` ~ 0.05, yet the recursion breaks).
-:func:`grad_recursive_outlook` evaluates both models from an exact log-space dynamic program
-(no recursion), ``log10 R`` being the predicted digits lost. Measured on the default grid
-(2860 trials with k >= 2): the amplification model agrees with the trace on 99.5% of trials
-(no break missed, 13 false alarms with ``u R`` between 1 and 1e4: the model adds error
-magnitudes, real rounding errors partly cancel), its level is exact for 89% of breaks and
-otherwise 1-3 levels early; the saturation model misses 17% of the breaks and its boundary is
-1-5 grid steps (up to 18x in spread) late. Uniform, Laplace and Student-t draws give the same
-picture. The model also explains a failure the article does not mention: for k close to n the
-odds of *every* entry grow along the levels, so the recursion breaks at any nonzero spread
-(n = 100, k = 90: level 88 at spread 1e-9; predicted 89, the one case seen where the
-prediction is a level late). Exactly equal scores are the exception: every entry then carries
-the same error, which the normalisation by ``Z_j`` cancels (a false alarm of the model).
+A method whose breakdown has a model (its registry entry's ``stability``, e.g. GradTopK's
+recursion ``grad-recursive``) is also traced (level of the first log of a non-positive argument,
+the argument just before) and its failure is *predicted* without running it (see
+``topk_cli.recursion`` for the model and how well it agrees with the trace).
+
+Each method is judged against the reference its registry entry names (``MethodSpec.probe``);
+a Monte-Carlo method within ``MONTE_CARLO_STDERRS`` standard errors of each weight (as it
+reports them), since its estimate is only that close to the operator.
 
 Axis convention: the last axis holds the ``n`` scores; leading axes are a batch.
 """
@@ -45,16 +30,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from topk_cli.api import evaluate, get_method, scaled_scores, trace_grad_recursive
+from topk_cli.api import evaluate, get_method, scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
-from topk_cli.operators._logspace import logsumexp
+from topk_cli.recursion import RecursionOutlook, recursion_outlook
+from topk_cli.references import ReferenceContext
+from topk_cli.registry import METHODS, MONTE_CARLO_STDERRS, MethodSpec
 
 #: Input distributions, each standardised to mean 0 (median 0) and unit variance.
 DISTRIBUTIONS = ("normal", "uniform", "laplace", "student-t")
@@ -62,56 +49,26 @@ DISTRIBUTIONS = ("normal", "uniform", "laplace", "student-t")
 #: Failure kinds besides the methods' own status codes, in display order.
 CHECK_KINDS = ("sum-error", "out-of-range", "order-violated", "inaccurate")
 
-#: Methods probed when none are named: every smooth operator (``hard`` cannot fail).
-DEFAULT_METHODS = ("iterative", "weighted-softmax", "grad", "grad-recursive", "thre-exp", "thre-sigmoid", "thre-laplace")
+#: Methods probed when none are named: those whose registry entry says so (every smooth operator).
+DEFAULT_METHODS = tuple(spec.name for spec in METHODS.values() if spec.capabilities.probe_default)
 
 #: What ``max_error`` is measured against, per method (shown by the docs and the CLI).
 REFERENCES: Mapping[str, str] = MappingProxyType({
-    "grad-recursive": "grad (the exact log-space dynamic program of the library)",
-    "grad": "an independent log-space forward/backward program in this module (catches implementation bugs, not a flaw shared by both)",
-    "thre-exp": "bisection of sum f(z - lambda) = k to float64 convergence (independent of the closed form), where |lambda| < ~1e4",
-    "thre-sigmoid": "bisection of sum f(z - lambda) = k to float64 convergence (independent of the Newton solver), where |lambda| < ~1e4",
-    "thre-laplace": "bisection of sum f(z - lambda) = k to float64 convergence (independent of the closed form), where |lambda| < ~1e4",
-    "iterative": "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6",
-    "weighted-softmax": "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6",
+    spec.name: spec.probe.description
+    + (f"; a Monte-Carlo estimate, judged within {MONTE_CARLO_STDERRS:g} of its standard errors per weight"
+       if spec.capabilities.monte_carlo else "")
+    for spec in METHODS.values()
 })
 
-#: A non-failed ``grad-recursive`` trial that lost at least this many decimal digits (traced
-#: cancellation or predicted amplification) counts as a near failure.
+#: A non-failed trial of a method with a stability model (``grad-recursive``) that lost at least
+#: this many decimal digits (traced cancellation or predicted amplification) counts as a near failure.
 NEAR_DIGITS = 12.0
 
-LongArray = NDArray[np.longdouble]
-
-_U = float(np.finfo(np.float64).eps) / 2  # unit roundoff 2^-53
-_LOG_U = math.log(_U)
 _SQRT3 = math.sqrt(3.0)
 
 
 # ---------------------------------------------------------------------------------------------
 # results
-
-
-@dataclass(frozen=True)
-class RecursionOutlook:
-    """Predicted behaviour of the ``grad-recursive`` recursion, per (flattened) row.
-
-    ``predicted_level``: first level ``j`` whose log argument is predicted to be <= 0 by the
-    error-amplification model (``u R_{j-1} >= 1``), -1 if none; ``saturation_level``: the same
-    under the saturation model (``min_i c_i^(j-1) < u``); ``min_complement``: the smallest
-    ``1 - p_i^(j)`` over entries and levels ``j < k`` (``1.0`` for k = 1);
-    ``digits_lost``: ``max(0, log10 max R)``, the predicted decimal digits lost (may exceed 16:
-    then the recursion has failed).
-    """
-
-    predicted_level: NDArray[np.int64]
-    saturation_level: NDArray[np.int64]
-    min_complement: FloatArray
-    digits_lost: FloatArray
-
-    @property
-    def fails(self) -> NDArray[np.bool_]:
-        """Rows on which the recursion is predicted to fail."""
-        return self.predicted_level >= 0
 
 
 @dataclass(frozen=True)
@@ -304,108 +261,7 @@ def draw_scores(n: int, trials: int, *, dist: str, seed: int) -> FloatArray:
 
 
 # ---------------------------------------------------------------------------------------------
-# exact log-space program for GradTopK at every level (reference and prediction)
-
-
-@dataclass(frozen=True)
-class _Esp:
-    """Log elementary symmetric polynomials of ``w = exp(z)`` for rows sorted decreasingly."""
-
-    s: LongArray  # (B, n) sorted scores, decreasing
-    order: NDArray[np.intp]  # (B, n) original index of each sorted position
-    prefix: LongArray  # (m + 1, B, K + 1): log e_j(w_1..w_i), i = 0..m
-    suffix: LongArray  # (n + 1, B, K + 1): log e_j(w_{i+1}..w_n), i = 0..n (all i)
-    total: LongArray  # (B, K + 1): log e_j(w)
-    memo: dict[int, FloatArray] = field(default_factory=dict)  # reference weights by k
-
-
-def _esp_tables(z: FloatArray, kmax: int, prefix_len: int) -> _Esp:
-    """Forward (first ``prefix_len`` positions) and backward log-space tables up to degree ``kmax``."""
-    order = np.argsort(-z, axis=-1, kind="stable")
-    # extended precision (where the platform has it): logs of e_j reach |k * spread|, and
-    # differences of such logs lose their magnitude's worth of float64 digits
-    s = np.take_along_axis(z, order, axis=-1).astype(np.longdouble)
-    rows, n = s.shape
-    empty = np.full((rows, kmax + 1), -np.inf, dtype=np.longdouble)
-    empty[:, 0] = 0.0
-    suffix = np.empty((n + 1, rows, kmax + 1), dtype=np.longdouble)
-    suffix[n] = empty
-    # logaddexp(-inf, -inf) is -inf: empty sums of masked entries are exact
-    for i in range(n - 1, -1, -1):
-        suffix[i, :, 0] = 0.0
-        suffix[i, :, 1:] = np.logaddexp(suffix[i + 1, :, 1:], s[:, i, None] + suffix[i + 1, :, :-1])
-    prefix = np.empty((prefix_len + 1, rows, kmax + 1), dtype=np.longdouble)
-    prefix[0] = empty
-    for i in range(prefix_len):
-        prefix[i + 1, :, 0] = 0.0
-        prefix[i + 1, :, 1:] = np.logaddexp(prefix[i, :, 1:], s[:, i, None] + prefix[i, :, :-1])
-    return _Esp(s=s, order=order, prefix=prefix, suffix=suffix, total=suffix[0])
-
-
-def _loo(prefix: FloatArray, suffix: FloatArray, degree: int) -> FloatArray:
-    """``log e_j(w without entry i)`` for ``j = 0..degree``: ``(m, B, degree + 1)``.
-
-    ``prefix[i]`` and ``suffix[i]`` are the tables before and after entry ``i`` (``(m, B, K+1)``).
-    """
-    j = np.arange(degree + 1)[:, None]
-    l_idx = np.arange(degree + 1)[None, :]
-    valid = l_idx <= j
-    other = np.where(valid, j - l_idx, 0)
-    terms = prefix[..., None, : degree + 1] + suffix[..., other]  # (m, B, degree+1, degree+1)
-    terms = np.where(valid, terms, -np.inf)
-    return logsumexp(terms, axis=-1)
-
-
-def _grad_reference(tab: _Esp, k: int) -> FloatArray:
-    """GradTopK ``p_i = w_i e_{k-1}(w_-i) / e_k(w)`` from the tables (full prefix, degree >= k)."""
-    if k in tab.memo:
-        return tab.memo[k]
-    rows, n = tab.s.shape
-    if k == n:
-        return tab.memo.setdefault(k, np.ones((rows, n)))
-    # log e_{k-1}(w without i), all i: (n, B)
-    loo = logsumexp(
-        np.stack([tab.prefix[:n, :, j] + tab.suffix[1:, :, k - 1 - j] for j in range(k)], axis=-1), axis=-1
-    )
-    with np.errstate(invalid="ignore"):  # masked entries: -inf + finite is -inf, exp gives 0
-        p_sorted = np.exp(tab.s + loo.T - tab.total[:, k, None]).astype(np.float64)
-    p = np.empty_like(p_sorted)
-    np.put_along_axis(p, tab.order, np.minimum(p_sorted, 1.0), axis=-1)
-    return tab.memo.setdefault(k, p)
-
-
-def _outlook(tab: _Esp, k: int) -> RecursionOutlook:
-    """The prediction of :func:`grad_recursive_outlook` from tables of degree >= k - 1."""
-    rows, n = tab.s.shape
-    pred = np.full(rows, -1, dtype=np.int64)
-    sat = np.full(rows, -1, dtype=np.int64)
-    if k == 1:
-        return RecursionOutlook(pred, sat, np.ones(rows), np.zeros(rows))
-    # only entries with p^(k-1) > 1/2 can amplify errors (odds > 1); there are < 2(k-1) of them,
-    # and they are the largest scores: keep the top m
-    m = min(n, 2 * k, tab.prefix.shape[0] - 1)
-    # float64 is plenty here: the model needs digits lost, not digits
-    loo = _loo(tab.prefix[:m].astype(np.float64), tab.suffix[1 : m + 1].astype(np.float64), k - 1)  # (m, B, k): log e_j(w_-i), j = 0..k-1
-    levels = np.arange(1, k)
-    with np.errstate(invalid="ignore"):  # masked entries (-inf) give NaN here and are dropped below
-        log_c = loo[:, :, 1:] - tab.total[None, :, 1:k]  # log(1 - p_i^(j)), j = 1..k-1
-        log_p = tab.s.T[:m, :, None].astype(np.float64) + loo[:, :, :-1] - tab.total[None, :, 1:k]
-    finite = np.isfinite(tab.s.T[:m])[:, :, None]
-    log_c = np.where(finite, np.minimum(log_c, 0.0), 0.0)
-    log_p = np.where(finite, np.minimum(log_p, 0.0), -np.inf)
-    log_r = np.full(log_c.shape[:2], -np.inf)
-    worst = np.full(rows, -np.inf)
-    for idx, _ in enumerate(levels):
-        log_r = np.logaddexp(log_p[:, :, idx] - log_c[:, :, idx] + log_r, -log_c[:, :, idx])
-        top = np.max(log_r, axis=0)
-        worst = np.maximum(worst, top)
-        breaks = (pred < 0) & (top + _LOG_U >= 0)
-        pred[breaks] = idx + 2
-        saturates = (sat < 0) & (np.min(log_c[:, :, idx], axis=0) < _LOG_U)
-        sat[saturates] = idx + 2
-    min_c = np.exp(np.min(log_c[:, :, -1], axis=0)).astype(np.float64)  # marginals grow with the level
-    digits = np.maximum(worst / math.log(10.0), 0.0).astype(np.float64)
-    return RecursionOutlook(pred, sat, min_c, digits)
+# the recursion's outlook (public helper of ``compute``'s warnings and the docs)
 
 
 def grad_recursive_outlook(x: ArrayLike, k: int, *, tau: float = 1.0) -> RecursionOutlook:
@@ -428,88 +284,7 @@ def grad_recursive_outlook(x: ArrayLike, k: int, *, tau: float = 1.0) -> Recursi
     ([-1, 2], [-1, 2], [0.3348, 0.0])
     """
     z = scaled_scores(x, k, tau=tau)  # validates x, k and tau exactly like the operators
-    k = int(k)
-    return _outlook(_esp_tables(z, max(k - 1, 1), min(z.shape[1], 2 * k)), k)
-
-
-# ---------------------------------------------------------------------------------------------
-# references of the other operators
-
-
-def _threshold_f(method: str, t: FloatArray) -> FloatArray:
-    if method == "thre-exp":
-        return np.exp(np.minimum(t, 0.0))
-    if method == "thre-sigmoid":
-        e = np.exp(-np.abs(t))
-        return np.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-    half = 0.5 * np.exp(-np.abs(t))  # Laplace CDF
-    return np.where(t >= 0, 1.0 - half, half)
-
-
-def _threshold_reference(method: str, z: FloatArray, k: int) -> tuple[FloatArray, NDArray[np.bool_]]:
-    """``f(z - lambda)`` with ``sum = k`` solved by bisection on lambda until the bracket stalls.
-
-    Also the rows where it is trusted: where float64 resolves lambda to 1e-11 (|lambda| below
-    ~1e4), since ``f(z_i - lambda)`` cannot be more accurate than the spacing of floats there.
-    """
-    n = z.shape[1]
-    if k == n:
-        return np.ones_like(z), np.ones(z.shape[0], dtype=bool)
-    lo = np.min(z, axis=-1) - math.log(n) - 40.0  # sum f > k here (every f(t >= 40) ~ 1)
-    hi = np.max(z, axis=-1) + math.log(n) + 1.0  # sum f < n e^-log(n)-1 < k here
-    for _ in range(2200):  # stops when every bracket is two adjacent floats (~64 halvings)
-        mid = 0.5 * (lo + hi)
-        moving = (mid > lo) & (mid < hi)
-        if not moving.any():
-            break
-        total = np.sum(_threshold_f(method, z - mid[:, None]), axis=-1)
-        above = total > k
-        lo = np.where(moving & above, mid, lo)
-        hi = np.where(moving & ~above, mid, hi)
-    lam = 0.5 * (lo + hi)
-    return _threshold_f(method, z - lam[:, None]), np.spacing(np.abs(lam)) <= 1e-11
-
-
-def _sequential_reference(method: str, z: FloatArray, k: int) -> tuple[FloatArray, NDArray[np.bool_]]:
-    """The k-step definition in ``np.longdouble``; also which rows keep ``1 - p`` above 1e-6."""
-    zl = z.astype(np.longdouble)
-    p = np.zeros_like(zl)
-    with np.errstate(invalid="ignore", over="ignore"):  # rows that saturate become NaN: untrusted
-        return _sequential_steps(method, zl, p, k)
-
-
-def _sequential_steps(
-    method: str, zl: NDArray[np.longdouble], p: NDArray[np.longdouble], k: int
-) -> tuple[FloatArray, NDArray[np.bool_]]:
-    trusted = np.ones(zl.shape[0], dtype=bool)
-    if method == "iterative":
-        d = zl - np.min(zl, axis=-1, keepdims=True)
-        for _ in range(k):
-            a = (1 - p) * d
-            e = np.exp(a - np.max(a, axis=-1, keepdims=True))
-            p = p + e / np.sum(e, axis=-1, keepdims=True)
-            trusted &= np.min(np.abs(1 - p), axis=-1) > 1e-6
-    else:
-        e = np.exp(zl)  # z <= 0: no overflow
-        for _ in range(k):
-            w = (1 - p) * e
-            p = p + w / np.sum(w, axis=-1, keepdims=True)
-            trusted &= np.min(np.abs(1 - p), axis=-1) > 1e-6
-    return p.astype(np.float64), trusted & np.isfinite(p).all(axis=-1)
-
-
-def _reference(
-    method: str, z: FloatArray, k: int, tables: Callable[[], _Esp]
-) -> tuple[FloatArray | None, NDArray[np.bool_]]:
-    """Reference weights for ``method`` on prepared ``z`` and the rows where they are trusted."""
-    every = np.ones(z.shape[0], dtype=bool)
-    if method in ("grad", "grad-recursive"):
-        return _grad_reference(tables(), k), every
-    if method.startswith("thre-"):
-        return _threshold_reference(method, z, k)
-    if method in ("iterative", "weighted-softmax"):
-        return _sequential_reference(method, z, k)
-    return None, ~every
+    return recursion_outlook(z, int(k))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,14 +317,15 @@ class _Batch:
     max_error: float
 
 
-def _classify(
-    method: str, x: FloatArray, z: FloatArray, k: int, tau: float, tol: float, tables: Callable[[], _Esp]
-) -> _Batch:
-    spec = get_method(method)
+def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: int, tau: float, tol: float, ctx: ReferenceContext) -> _Batch:
     claims = spec.guarantees
-    result = evaluate(x, k, method, tau=tau)
+    result = evaluate(x, k, spec.name, tau=tau)
     status = np.asarray(result.status).reshape(-1)
     p = np.asarray(result.weights, dtype=np.float64).reshape(z.shape)
+    # a Monte-Carlo estimate is judged within MONTE_CARLO_STDERRS of its standard errors
+    slack = np.zeros_like(p)
+    if spec.capabilities.monte_carlo and result.stderr is not None:
+        slack = MONTE_CARLO_STDERRS * np.nan_to_num(np.asarray(result.stderr, dtype=np.float64).reshape(z.shape))
     computed = status == "ok"
     failed = ~computed
     kinds: dict[str, int] = {}
@@ -558,9 +334,9 @@ def _classify(
         kinds[str(code)] = int(np.sum(status == code))
     with np.errstate(invalid="ignore"):  # failed rows hold NaN; they are masked by `computed`
         checks = {
-            "sum-error": (claims.sum, np.abs(np.sum(p, axis=-1) - k) > tol * k),
-            "out-of-range": (claims.range, np.any((p < -tol) | (p > 1 + tol), axis=-1)),
-            "order-violated": (claims.monotone_weak, _order_violations(z, p, tol)),
+            "sum-error": (claims.sum, np.abs(np.sum(p, axis=-1) - k) > tol * k + np.sum(slack, axis=-1)),
+            "out-of-range": (claims.range, np.any((p < -tol - slack) | (p > 1 + tol + slack), axis=-1)),
+            "order-violated": (claims.monotone_weak, _order_violations(z, p, tol + float(np.max(slack, initial=0.0)))),
         }
     for name, (claimed, bad) in checks.items():
         bad = bad & computed
@@ -568,23 +344,29 @@ def _classify(
             (kinds if claimed else unclaimed)[name] = int(bad.sum())
             if claimed:
                 failed |= bad
-    ref, trusted = _reference(method, z, k, tables)
     max_error = math.nan
-    if ref is not None:
-        err = np.max(np.abs(p - ref), axis=-1)
+    if spec.probe.compute is not None:
+        ref, trusted = spec.probe.compute(z, k, ctx)
+        with np.errstate(invalid="ignore"):
+            err = np.max(np.abs(p - ref), axis=-1)
+            beyond = np.any(np.abs(p - ref) > tol + slack, axis=-1)
         usable = computed & trusted
         if usable.any():
             max_error = float(np.max(err[usable]))
-        bad = usable & (err > tol)
+        bad = usable & beyond
         if bad.any():
             kinds["inaccurate"] = int(bad.sum())
             failed |= bad
     return _Batch(failed=failed, kinds=kinds, unclaimed=unclaimed, max_error=max_error)
 
 
-def _detect(x: FloatArray, k: int, tau: float, tab: _Esp) -> RecursionDetection:
-    trace = trace_grad_recursive(x, k, tau=tau)
-    outlook = _outlook(tab, k)
+def _detect(spec: MethodSpec, z: FloatArray, k: int, ctx: ReferenceContext) -> RecursionDetection | None:
+    model = spec.stability
+    if model is None:
+        return None
+    with np.errstate(all="ignore"):  # the trace records log(0) and log(<0) instead of warning
+        trace = model.trace(z, k)
+    outlook = model.outlook(z, k, ctx)
     broken = trace.failed_level >= 0
     levels = np.asarray(trace.failed_level)[broken]
     before = np.asarray(trace.value_before)[broken]
@@ -611,6 +393,45 @@ def _detect(x: FloatArray, k: int, tau: float, tab: _Esp) -> RecursionDetection:
 # the probe
 
 
+#: Largest working memory the probe will allocate for one (n, scale) unit of its grid, in bytes.
+MAX_PROBE_BYTES = 2 * 1024**3
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def probe_memory(names: Sequence[str], n: int, kmax: int, trials: int) -> int:
+    """Bytes the probe itself holds for one (n, scale) unit: draws, the log-space tables of the
+    GradTopK reference (two ``(n + 1, trials, kmax + 1)`` extended-precision tables, when a
+    selected method uses them) and a stability model's outlook (``(2k, trials, k, k)`` terms).
+    Methods need their own working memory on top (for the sequential ones ~ ``trials k n``)."""
+    total = 6 * trials * n * 8  # draws, x, z, weights, reference, differences
+    specs = [get_method(name) for name in names]
+    if any(spec.probe.compute is not None or spec.stability is not None for spec in specs):
+        total += 2 * (n + 1) * trials * (kmax + 1) * 16
+    if any(spec.stability is not None for spec in specs):
+        total += 2 * min(n, 2 * kmax) * trials * kmax * kmax * 8
+    return total
+
+
+def _check_memory(names: Sequence[str], grid: Mapping[int, Sequence[int]], trials: int) -> None:
+    for n, ks in grid.items():
+        if not ks:
+            continue
+        need = probe_memory(names, n, max(ks), trials)
+        if need > MAX_PROBE_BYTES:
+            raise InvalidArgumentError(
+                f"the grid is too large: n={n}, k up to {max(ks)} and {trials} trials need about "
+                f"{need / 1024**3:.3g} GiB for the probe's references, more than its "
+                f"{MAX_PROBE_BYTES / 1024**3:.0f} GiB limit; use fewer trials or smaller n or k"
+            )
+
+
 def _first(scales: Sequence[float], counts: Sequence[int]) -> float | None:
     return next((s for s, c in zip(scales, counts, strict=True) if c > 0), None)
 
@@ -632,8 +453,8 @@ def stability_probe(
     """Evaluate ``methods`` on ``x = offset + scale * draw`` over an (n, k, scale) grid.
 
     Per method and cell: trials, failed trials, failures by kind, breaches of unclaimed
-    properties, ``max |p - ref|`` against :data:`REFERENCES`; for ``grad-recursive`` the traced
-    failure level and the predicted one (see the module docstring). ``ks`` entries are integers
+    properties, ``max |p - ref|`` against :data:`REFERENCES`; for a method with a stability
+    model (``grad-recursive``) the traced failure level and the predicted one. ``ks`` entries are integers
     or fractions of n (``"0.1n"``); k > n is skipped. Draws are keyed by ``(seed, n, dist)``
     and shared by every k and scale (paired comparisons; deterministic for a seed).
     ``progress(done, total)`` is called after each (n, scale) unit.
@@ -649,20 +470,25 @@ def stability_probe(
     >>> b.first_failing_scale, b.first_breaking_scale, b.predicted_scale
     (100.0, 100.0, 100.0)
     """
+    if methods is None or isinstance(methods, str):
+        raise InvalidArgumentError(f"methods must be a list of method names, got {methods!r}")
     names = tuple(dict.fromkeys(get_method(m).name for m in methods))
     if not names:
         raise InvalidArgumentError("methods must name at least one method")
-    if not ns or any(isinstance(n, bool) or int(n) != n or n < 1 for n in ns):
+    if not ns or not all(_is_int(n) and n >= 1 for n in ns):
         raise InvalidArgumentError(f"n must be positive integers, got {list(ns)}")
-    if isinstance(trials, bool) or int(trials) != trials or trials < 1:
+    if not _is_int(trials) or trials < 1:
         raise InvalidArgumentError(f"trials must be an integer >= 1, got {trials!r}")
-    if not scales or not all(math.isfinite(float(s)) and float(s) > 0 for s in scales):
-        raise InvalidArgumentError(f"scales must be finite and > 0, got {list(scales)}")
-    if not (math.isfinite(tolerance) and tolerance > 0):
+    if not _is_int(seed) or seed < 0:
+        raise InvalidArgumentError(f"seed must be an integer >= 0, got {seed!r}")
+    scales = list(scales)
+    if not scales or not all(_is_real(s) and math.isfinite(s) and s > 0 for s in scales):
+        raise InvalidArgumentError(f"scales must be finite numbers > 0, got {scales}")
+    if not (_is_real(tolerance) and math.isfinite(tolerance) and tolerance > 0):
         raise InvalidArgumentError(f"tolerance must be a finite number > 0, got {tolerance!r}")
-    if not math.isfinite(offset):
-        raise InvalidArgumentError(f"offset must be finite, got {offset!r}")
-    if not (math.isfinite(tau) and tau > 0):
+    if not (_is_real(offset) and math.isfinite(offset)):
+        raise InvalidArgumentError(f"offset must be a finite number, got {offset!r}")
+    if not (_is_real(tau) and math.isfinite(tau) and tau > 0):
         raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
     n_list = tuple(dict.fromkeys(int(n) for n in ns))
     k_specs = tuple(str(k) for k in ks)
@@ -672,6 +498,7 @@ def stability_probe(
     grid = {n: sorted({k for k in (resolve_k(spec, n) for spec in k_specs) if k is not None}) for n in n_list}
     if not any(grid.values()):
         raise InvalidArgumentError(f"no cell on the grid: every k in {list(k_specs)} exceeds every n in {list(n_list)}")
+    _check_memory(names, grid, int(trials))
     total = sum(len(scale_list) for n in n_list if grid[n])
     done = 0
     found: dict[tuple[str, int, int, float], CellResult] = {}
@@ -680,21 +507,24 @@ def stability_probe(
             continue
         draws = draw_scores(n, trials, dist=dist, seed=seed)
         for scale in scale_list:
-            x = offset + scale * draws
+            with np.errstate(over="ignore"):  # an overflow is refused just below
+                x = offset + scale * draws
             if not np.isfinite(x).all():
                 raise InvalidArgumentError(f"offset + scale * draw overflows float64 (scale={scale:g})")
             z = scaled_scores(x, 1, tau=tau)
-            cache: list[_Esp] = []
-
-            def tables(z: FloatArray = z, kmax: int = max(grid[n]), cache: list[_Esp] = cache) -> _Esp:
-                if not cache:  # one O(n kmax) program per (n, scale), shared by every k and method
-                    cache.append(_esp_tables(z, kmax, z.shape[1]))
-                return cache[0]
-
+            # one O(n kmax) log-space program per (n, scale), shared by every k and method
+            ctx = ReferenceContext(z, max(grid[n]))
             for k in grid[n]:
                 for method in names:
-                    batch = _classify(method, x, z, k, tau, tolerance, tables)
-                    detection = _detect(x, k, tau, tables()) if method == "grad-recursive" else None
+                    spec = get_method(method)
+                    try:
+                        batch = _classify(spec, x, z, k, tau, tolerance, ctx)
+                        detection = _detect(spec, z, k, ctx)
+                    except MemoryError as exc:  # the estimate above covers the probe, not every method
+                        raise InvalidArgumentError(
+                            f"the cell n={n}, k={k} with {trials} trials needs more memory than is available "
+                            f"for method {method!r} ({exc}); use fewer trials or smaller n or k"
+                        ) from None
                     found[(method, n, k, scale)] = CellResult(
                         method=method, n=n, k=k, scale=scale, trials=trials,
                         failures=int(batch.failed.sum()),
@@ -711,8 +541,8 @@ def stability_probe(
             for k in grid[n]:
                 row = [found[(method, n, k, s)] for s in scale_list]
                 first = _first(scale_list, [c.failures for c in row])
-                if method == "grad-recursive":
-                    det = [c.detection for c in row if c.detection is not None]
+                det = [c.detection for c in row if c.detection is not None]
+                if det:
                     boundaries.append(Boundary(
                         method=method, n=n, k=k, first_failing_scale=first,
                         predicted_scale=_first(scale_list, [d.predicted for d in det]),

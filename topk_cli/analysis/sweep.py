@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
 from topk_cli.api import evaluate, get_method, jacobian
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError
 from topk_cli.operators._base import FloatArray
@@ -97,6 +98,8 @@ class SweepResult:
     points: tuple[SweepPoint, ...]
     limits: tuple[SweepLimit, ...]
     matches: tuple[SweepMatch, ...] = ()
+    #: ``hardness``: per method, its calibration and the measurements at that tau (None if unreachable).
+    at_hardness: tuple[tuple[HardnessMatch, SweepPoint | None], ...] = ()
 
     def series(self, method: str, key: str) -> list[float | None]:
         """One measurement of one method along the tau grid (for charts)."""
@@ -250,6 +253,7 @@ def temperature_sweep(
     methods: Sequence[str] | None = None,
     taus: Sequence[float] | str = DEFAULT_TAUS,
     match: float | None = None,
+    hardness: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SweepResult:
     """Measure each method on ``x`` across a grid of temperatures, plus its limits.
@@ -260,6 +264,8 @@ def temperature_sweep(
         methods: registered names (default: all).
         taus: temperatures, or text for :func:`parse_taus`.
         match: a top-k mass in (0, 1] to reach (the tau per method is reported).
+        hardness: a top-k mass in (k/n, 1): each method is also measured at the largest tau that
+            reaches it (:func:`topk_cli.tau_for_hardness`), or reported unreachable with the reason.
         progress: called with ``(done, total)`` after each method.
 
     Raises:
@@ -292,7 +298,11 @@ def temperature_sweep(
     points: list[SweepPoint] = []
     limits: list[SweepLimit] = []
     matches: list[SweepMatch] = []
+    at_hardness: list[tuple[HardnessMatch, SweepPoint | None]] = []
     for i, name in enumerate(names):
+        if hardness is not None:
+            hm = tau_for_hardness(arr, int(k), name, hardness)
+            at_hardness.append((hm, _measure(name, arr, int(k), hm.tau, hard) if hm.tau is not None else None))
         points.extend(_measure(name, arr, int(k), tau, hard) for tau in grid)
         limits.append(_limit(name, arr, int(k), hard))
         if match is not None:
@@ -301,5 +311,5 @@ def temperature_sweep(
             progress(i + 1, len(names))
     return SweepResult(
         x=tuple(float(v) for v in arr), k=int(k), taus=grid, hard=tuple(float(v) for v in hard),
-        points=tuple(points), limits=tuple(limits), matches=tuple(matches),
+        points=tuple(points), limits=tuple(limits), matches=tuple(matches), at_hardness=tuple(at_hardness),
     )

@@ -23,8 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from topk_cli.errors import ResourceError
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
 from topk_cli.operators._logspace import logsumexp
+from topk_cli.operators._poisson import marginals
+from topk_cli.operators.threshold import _laplace_threshold
 
 #: Float64 elements per working table; rows (and Jacobian directions) are processed in chunks
 #: so that one O(n k) table of a chunk stays below this size (16 MiB).
@@ -183,6 +186,92 @@ def _unsort(values: FloatArray, order: NDArray[np.intp]) -> FloatArray:
     return out
 
 
+@dataclass(frozen=True)
+class _Program:
+    """What each row runs: rows with ``k > m/2`` (``m`` unmasked entries) use the complement
+    identity ``p(z, k) = 1 - p(-z, m - k)`` so that the program runs with ``K = min(k, m - k)``
+    on ``zz`` (the possibly negated row, shifted so that its largest finite entry is 0)."""
+
+    zz: FloatArray
+    kk: NDArray[np.int64]
+    flip: NDArray[np.bool_]
+    finite: NDArray[np.bool_]
+
+
+def _program(z: FloatArray, k: int) -> _Program:
+    finite = np.isfinite(z)
+    m = finite.sum(axis=-1)
+    flip = 2 * k > m
+    kk = np.where(flip, m - k, k).astype(np.int64)
+    zz = z
+    if flip.any():
+        zz = z.copy()
+        neg = -z[flip]
+        top = np.max(neg, axis=-1, where=np.isfinite(neg), initial=-np.inf)
+        zz[flip] = np.where(np.isfinite(neg), neg - top[:, None], -np.inf)
+    return _Program(zz=zz, kk=kk, flip=flip, finite=finite)
+
+
+def _start_tilt(zz: FloatArray, kk: int) -> FloatArray:
+    """The Laplace threshold (closed form), a tilt within log 2 of the one with mean count k."""
+    ref, delta, _ = _laplace_threshold(zz, kk)
+    lam = ref + delta
+    return np.where(np.isfinite(lam), lam, 0.0)
+
+
+def _logspace_rows(zz: FloatArray, kk: int, v: FloatArray | None = None) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+    """``(p, q, J v)`` of rows by the log-space program on sorted rows (any spread)."""
+    order = np.argsort(-zz, axis=-1, kind="stable")
+    s = np.take_along_axis(zz, order, axis=-1)
+    rows, n = zz.shape
+    ps, qs = np.zeros((rows, n)), np.ones((rows, n))
+    dps = None if v is None else np.zeros((rows, n))
+    vs = None if v is None else np.take_along_axis(v, order, axis=-1)
+    per_row = (n + 1) * (kk + 1) * (1 if v is None else 3)
+    for idx in _chunks(np.arange(rows), per_row):
+        tab = _tables(s[idx], kk)
+        ps[idx] = np.exp(tab.log_p).T
+        qs[idx] = np.exp(tab.log_q).T
+        if dps is not None and vs is not None:
+            dps[idx] = _tangent(tab, vs[idx].T[..., None])[..., 0].T
+    return _unsort(ps, order), _unsort(qs, order), None if dps is None else _unsort(dps, order)
+
+
+def _run(z: FloatArray, k: int, v: FloatArray | None) -> tuple[_Program, FloatArray, FloatArray, FloatArray | None]:
+    """Marginals (and ``J v``) of the program each row runs (complements for flipped rows).
+
+    The probability-space program (``_poisson``) runs first; rows it does not certify (a
+    marginal within 1e-250 of 0 or 1: spreads of hundreds) are recomputed in log space.
+    """
+    prog = _program(z, k)
+    rows, n = z.shape
+    ps, qs = np.zeros((rows, n)), np.ones((rows, n))  # kk = 0: the program selects nothing
+    dps = None if v is None else np.zeros((rows, n))
+    try:
+        for kk in np.unique(prog.kk):
+            if kk == 0:
+                continue
+            idx = np.flatnonzero(prog.kk == kk)
+            zi = prog.zz[idx]
+            vi = None if v is None else v[idx]
+            res = marginals(zi, int(kk), _start_tilt(zi, int(kk)), vi)
+            ps[idx], qs[idx] = res.p, res.q
+            if dps is not None and res.dp is not None:
+                dps[idx] = res.dp
+            bad = np.flatnonzero(~res.certified)
+            if bad.size:
+                lp, lq, ldp = _logspace_rows(zi[bad], int(kk), None if vi is None else vi[bad])
+                ps[idx[bad]], qs[idx[bad]] = lp, lq
+                if dps is not None and ldp is not None:
+                    dps[idx[bad]] = ldp
+    except MemoryError:
+        raise ResourceError(
+            f"grad: out of memory for {rows} row(s) of n={n} entries at k={k}; the exact program needs "
+            f"O(n min(k, n-k)) floats per row (checkpointed): process fewer rows at a time"
+        ) from None
+    return prog, ps, qs, dps
+
+
 def _grad_forward(z: FloatArray, k: int) -> Forward:
     """Exact GradTopK weights and complements of a prepared batch (see ``_base``).
 
@@ -190,46 +279,27 @@ def _grad_forward(z: FloatArray, k: int) -> Forward:
     >>> _grad_forward(z - z.max(), 2).p.round(4)
     array([[0.3568, 0.7622, 0.6595, 0.2216]])
     """
-    plan = _plan(z, k)
-    rows, n = z.shape
-    ps = np.zeros((rows, n))  # of the program actually run (flipped rows: complements)
-    qs = np.ones((rows, n))
-    for kk in np.unique(plan.kk):
-        if kk == 0:
-            continue  # k = m: the flipped program selects nothing (p' = 0, q' = 1)
-        for idx in _chunks(np.flatnonzero(plan.kk == kk), (n + 1) * (int(kk) + 1)):
-            tab = _tables(plan.s[idx], int(kk))
-            ps[idx] = np.exp(tab.log_p).T
-            qs[idx] = np.exp(tab.log_q).T
-    flip = plan.flip[:, None]
+    prog, ps, qs, _ = _run(z, k, None)
+    flip = prog.flip[:, None]
     p = np.where(flip, qs, ps)
     q = np.where(flip, ps, qs)
-    p, q = _unsort(p, plan.order), _unsort(q, plan.order)
-    p = np.where(plan.finite, p, 0.0)
-    q = np.where(plan.finite, q, 1.0)
+    p = np.where(prog.finite, p, 0.0)
+    q = np.where(prog.finite, q, 1.0)
     return Forward(p=p, q=q)
 
 
 def _grad_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     """``v^T dp/dz`` (= ``J v``: the Jacobian is symmetric) by forward mode, O(n k) per row.
 
+    The flipped program has ``J(z, k) = J'(-z, m - k)``: the same tangent, no sign change.
+
     >>> z = np.array([[0.0, -1.0, -2.0]])
     >>> _grad_vjp(_grad_forward(z, 1), z, 1, np.array([[1.0, 0.0, 0.0]])).round(4)
     array([[ 0.2227, -0.1628, -0.0599]])
     """
-    plan = _plan(z, k)
-    rows, n = z.shape
-    out = np.zeros((rows, n))
-    vs = np.take_along_axis(v, plan.order, axis=-1)
-    # the flipped program has J(z, k) = J'(-z, m - k): same tangent, no sign change
-    for kk in np.unique(plan.kk):
-        if kk == 0:
-            continue
-        for idx in _chunks(np.flatnonzero(plan.kk == kk), 3 * (n + 1) * (int(kk) + 1)):
-            tab = _tables(plan.s[idx], int(kk))
-            out[idx] = _tangent(tab, vs[idx].T[..., None])[..., 0].T
-    out = _unsort(out, plan.order)
-    return np.where(plan.finite, out, 0.0)
+    prog, _, _, dps = _run(z, k, np.where(np.isfinite(z), v, 0.0))
+    assert dps is not None
+    return np.where(prog.finite, dps, 0.0)
 
 
 def _grad_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:

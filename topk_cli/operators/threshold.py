@@ -56,20 +56,36 @@ def _split_top(z: FloatArray, size: int) -> tuple[FloatArray, FloatArray]:
 
 
 def _tail_mass(top: FloatArray, tail: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(s_M, T0)``: the smallest kept value and ``sum_tail exp(z - s_M)`` (0 when none)."""
+    """``(s_M, T0)``: the smallest kept value and ``sum_tail exp(z - s_M)`` (0 when none).
+
+    Overwrites ``tail`` (scratch space from :func:`_split_top`).
+    """
     s_last = top[:, -1]
     if tail.shape[1] == 0:
         return s_last, np.zeros(top.shape[0])
     finite = np.isfinite(s_last)
     shift = np.where(finite, s_last, 0.0)
+    # ``tail`` is scratch (a slice of the partitioned copy): work in place, one pass of exp
+    np.subtract(tail, shift[:, None], out=tail)
     with np.errstate(under="ignore"):  # far tail entries underflow to 0: negligible, as intended
-        t0 = np.exp(tail - shift[:, None]).sum(axis=1)
-    return s_last, np.where(finite, t0, 0.0)
+        np.exp(tail, out=tail)
+    return s_last, np.where(finite, tail.sum(axis=1), 0.0)
 
 
 def _take(a: FloatArray, idx: np.ndarray) -> FloatArray:
     """``a[b, idx[b]]`` for every row ``b``."""
     return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
+
+
+def _select(mask: np.ndarray, a: FloatArray, b: FloatArray) -> FloatArray:
+    """``np.where(mask, a, b)`` for finite ``a, b``, exactly (``a * 1 + b * 0 = a``).
+
+    Arithmetic on the mask runs at memory speed, while a masked select on an unpredictable
+    mask costs about half an ``exp`` per entry on a typical CPU.
+    """
+    out = np.multiply(a, mask)
+    out += np.multiply(b, ~mask)
+    return out
 
 
 def _log_below(top: FloatArray, s_last: FloatArray, t0: FloatArray, m: np.ndarray) -> FloatArray:
@@ -104,6 +120,17 @@ def _log_above(top: FloatArray, m: np.ndarray) -> FloatArray:
 def _saturated_rows(z: FloatArray, k: int) -> np.ndarray:
     """Rows with exactly ``k`` finite entries: every one of them gets weight 1, lambda = -inf."""
     return np.isfinite(z).sum(axis=1) == k
+
+
+def _saturated_from_top(top: FloatArray, k: int) -> np.ndarray:
+    """Rows with exactly ``k`` finite entries: every one of them gets weight 1, lambda = -inf.
+
+    ``top`` holds the largest entries sorted (at least ``k``; all of them when ``n = k``). A row
+    has at least ``k`` finite entries, so it has exactly ``k`` when the next one is ``-inf``.
+    """
+    if top.shape[1] <= k:
+        return np.ones(top.shape[0], dtype=bool)
+    return top[:, k] == -np.inf
 
 
 def _fill_saturated(z: FloatArray, rows: np.ndarray, p: FloatArray, q: FloatArray, d: FloatArray,
@@ -192,8 +219,9 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
     >>> np.round(thre_exp_forward(np.array([[0.0, -1.0, -2.0]]), 2).p, 4)
     array([[1.    , 0.7311, 0.2689]])
     """
-    sat_rows = _saturated_rows(z, k)
     top, tail = _split_top(z, k)
+    # exactly k finite entries <=> nothing finite outside the top k
+    sat_rows = np.max(tail, axis=1) == -np.inf if tail.shape[1] else np.ones(z.shape[0], dtype=bool)
     s_last, t0 = _tail_mass(top, tail)
     # Log-space guess: lambda_m = log S(m) - log(k - m), S(m) = sum of all but the top m.
     with np.errstate(divide="ignore"):  # empty tails give log 0 = -inf
@@ -206,14 +234,18 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
     ref, delta = _exp_branch(top, s_last, t0, k, np.minimum(m, k - 1))
     ref = np.where(sat_rows, 0.0, ref)
     delta = np.where(sat_rows, 0.0, delta)
-    t = (z - ref[:, None]) - delta[:, None]
-    below = t < 0  # the kink t = 0 counts as saturated: p = 1, q = 0, d = 0
-    p = np.ones_like(z)
-    with np.errstate(under="ignore"):  # exp of very negative t is 0, the right answer
-        np.exp(t, out=p, where=below)
-    q = np.zeros_like(z)
-    np.negative(np.expm1(t, out=np.zeros_like(z), where=below), out=q, where=below)
-    d = np.where(below, p, 0.0)
+    t = np.subtract(z, ref[:, None])
+    t -= delta[:, None]
+    np.minimum(t, 0.0, out=t)  # the kink t = 0 counts as saturated: p = 1, q = 0, d = 0
+    p = np.exp(t)  # exp of very negative t underflows to 0, the right answer
+    # q = 1 - p is accurate to an ulp where p <= 1/2 (no cancellation); the few entries above
+    # 1/2 (at most 2k per row, since sum p = k) take q = -expm1(t)
+    q = np.subtract(1.0, p)
+    near = np.flatnonzero(p > 0.5)
+    if near.size:
+        qf, tf = q.reshape(-1), t.reshape(-1)
+        qf[near] = -np.expm1(tf[near])
+    d = np.multiply(p, t < 0.0)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
@@ -267,14 +299,19 @@ def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
     array([[0.6453, 0.2593, 0.0954]])
     """
     ref, delta, sat_rows = _laplace_threshold(z, k)
-    t = (z - ref[:, None]) - delta[:, None]
-    with np.errstate(under="ignore", invalid="ignore"):  # far entries: e^{-|t|} = 0 exactly
-        e = np.exp(-np.abs(t))
-    half = 0.5 * e
+    t = np.subtract(z, ref[:, None])
+    t -= delta[:, None]
     above = t >= 0
-    p = np.where(above, 1.0 - half, half)
-    q = np.where(above, half, 1.0 - half)
-    d = half.copy()
+    d = np.abs(t)
+    np.negative(d, out=d)
+    with np.errstate(under="ignore"):  # far entries: e^{-|t|} = 0 exactly
+        np.exp(d, out=d)
+    d *= 0.5  # F'(t) = e^{-|t|} / 2, also the smaller of p and q
+    # p = 1 - d above lambda, d below; q the other one (|1 - d| and |0 - d|: exact selects)
+    p = np.subtract(above, d)
+    np.abs(p, out=p)
+    q = np.subtract(~above, d)
+    np.abs(q, out=q)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
@@ -283,10 +320,10 @@ def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
 def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
     """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
     n = z.shape[1]
-    sat_rows = _saturated_rows(z, k)
-    n_fin = np.isfinite(z).sum(axis=1)
     size = min(n, 2 * k)
     top, tail = _split_top(z, size)
+    sat_rows = _saturated_from_top(top, k)
+    n_fin = np.isfinite(top).sum(axis=1)  # min(#finite, size): what ``upper`` needs
     s_last, t0 = _tail_mass(top, tail)
     # Log-space guess: G(s_j) from prefix sums a = log sum_{i<=j} e^{-s_i}, c = log sum_{i>j} e^{s_i}.
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):  # empty sums
@@ -312,12 +349,55 @@ def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, n
 def _sigmoid_parts(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     """``(sigmoid(t), sigmoid(-t), sigmoid'(t))`` without overflow, from one ``exp(-|t|)``."""
     with np.errstate(under="ignore", invalid="ignore"):  # e = 0 far from lambda; t = -inf masked
-        e = np.exp(-np.abs(t))
-        r = 1.0 / (1.0 + e)
-        small = e * r
+        e = np.abs(t)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        r = np.add(e, 1.0)
+        np.reciprocal(r, out=r)  # 1 / (1 + e)
+        small = np.multiply(e, r, out=e)
         d = small * r
     pos = t >= 0
-    return np.where(pos, r, small), np.where(pos, small, r), d
+    return _select(pos, r, small), _select(pos, small, r), d
+
+
+def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray, delta: FloatArray,
+                      delta0: FloatArray, direct: np.ndarray, rows: np.ndarray,
+                      k: int) -> tuple[FloatArray, FloatArray]:
+    """``(sum p - k, sum p q)`` of ``rows`` at ``delta`` (see :func:`thre_sigmoid_forward`).
+
+    Entries whose ``a`` was clipped (``q < e^-699``) count with ``q = 0``, as an underflowed
+    ``e^{-t}`` would.
+
+    The residual ``(#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q`` adds only terms below 1/2,
+    so it does not cancel when many ``p`` are close to 1.
+    """
+    resid = np.empty(rows.size)
+    slope = np.empty(rows.size)
+    fast = ~direct[rows]
+    if fast.any():
+        sel = rows[fast]
+        a_sel = a if sel.size == a.shape[0] else a[sel]
+        u = np.exp(delta[sel] - delta0[sel])[:, None]
+        inv = a_sel + u
+        np.reciprocal(inv, out=inv)
+        pa = a_sel * inv
+        qa = np.multiply(inv, u, out=inv)
+        if clipped is not None:
+            qa[clipped if sel.size == a.shape[0] else clipped[sel]] = 0.0
+        up = a_sel >= u  # t >= 0
+        terms = np.multiply(pa, ~up)
+        terms -= np.multiply(qa, up)  # exact: the subtraction meets a 0 on every entry
+        resid[fast] = (np.count_nonzero(up, axis=1) - k) + terms.sum(axis=1)
+        pa *= qa
+        slope[fast] = pa.sum(axis=1)
+    if not fast.all():
+        sel = rows[~fast]
+        t = zr[sel] - delta[sel, None]
+        pa, qa, da = _sigmoid_parts(t)
+        up = t >= 0
+        resid[~fast] = (up.sum(axis=1) - k) + (np.where(up, 0.0, pa).sum(axis=1) - np.where(up, qa, 0.0).sum(axis=1))
+        slope[~fast] = da.sum(axis=1)
+    return resid, slope
 
 
 def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
@@ -330,10 +410,11 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     ``delta = lambda - ref`` (``ref`` an entry of ``z`` next to ``lambda_F``), every row at once;
     a step leaving the bracket is replaced by bisection. The residual
     ``sum p - k = (#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q`` adds only terms below 1/2, so it
-    does not cancel when many ``p`` are close to 1. Iteration stops one evaluation after a
-    step below ``8 eps (1 + |delta|)`` (or a zero residual, or a bracket of width 0), so
+    does not cancel when many ``p`` are close to 1. Iteration stops after taking a step
+    below ``8 eps (1 + |delta|)`` (or at a zero residual, or a bracket of width 0), so
     ``delta`` is accurate to a few ulps, ``p`` to a few ulps relatively, and ``|sum p - k|`` is a
-    few ulps of ``k``. Typical: 3-6 Newton steps; cap :data:`SIGMOID_MAX_ITER`.
+    few ulps of ``k``. Typical: 3-6 Newton steps; cap :data:`SIGMOID_MAX_ITER`. Cost: one
+    ``exp`` pass before the solve, divisions per step, one ``exp`` pass for the weights.
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = sigmoid(lambda - z) (B, n)``;
     ``aux["lambda"], aux["d"], aux["iterations"]`` (per row).
@@ -342,29 +423,35 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     array([[0.7426, 0.7426, 0.5148]])
     """
     b = z.shape[0]
-    sat_rows = _saturated_rows(z, k)
-    ref, delta0, _ = _laplace_threshold(z, k)
+    ref, delta0, sat_rows = _laplace_threshold(z, k)
     ref = np.where(np.isfinite(ref), ref, 0.0)
     delta0 = np.where(np.isfinite(delta0), delta0, 0.0)
     half_width = _LOG2 + 0.01 + 1e-12 * np.abs(delta0)
     lo, hi = delta0 - half_width, delta0 + half_width
     delta = delta0.copy()
     zr = z - ref[:, None]  # exact for entries within a factor 2 of ref (Sterbenz)
-    p = np.zeros_like(z)
-    q = np.ones_like(z)
-    d = np.zeros_like(z)
+    # One exp pass for the whole solve: with a_i = e^{zr_i - delta0} and u = e^{delta - delta0}
+    # (in [0.49, 2.04] on the bracket), sigmoid(zr_i - delta) = a_i / (a_i + u) and its
+    # complement u / (a_i + u): each Newton step costs divisions, not exponentials. Entries with
+    # |zr_i - delta0| > 700 contribute 0 to the residual (q, resp. p, is below e^-699 on the
+    # whole bracket, as if e^{-|t|} had underflowed). Rows whose bracket is wider than the
+    # clip allows (|delta0| > 1e11, spreads beyond float64's relative resolution) are evaluated
+    # directly from zr - delta.
+    direct = half_width > 1.0
+    with np.errstate(under="ignore"):
+        a = np.subtract(zr, delta0[:, None])
+        over = a > 700.0
+        over_rows = over.any(axis=1)
+        np.minimum(a, 700.0, out=a)
+        np.putmask(a, a < -700.0, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
+        np.exp(a, out=a)
+    clipped = over if over_rows.any() else None
     iters = np.zeros(b)
     active = np.flatnonzero(~sat_rows)
-    finishing = np.zeros(b, dtype=bool)  # the previous step was at the ulp level: last evaluation
     for it in range(1, SIGMOID_MAX_ITER + 1):
         if active.size == 0:
             break
-        t = zr[active] - delta[active, None]
-        pa, qa, da = _sigmoid_parts(t)
-        up = t >= 0
-        resid = (up.sum(axis=1) - k) + (np.where(up, 0.0, pa).sum(axis=1) - np.where(up, qa, 0.0).sum(axis=1))
-        slope = da.sum(axis=1)
-        p[active], q[active], d[active] = pa, qa, da
+        resid, slope = _sigmoid_residual(a, clipped, zr, delta, delta0, direct, active, k)
         iters[active] = it
         lo[active] = np.where(resid > 0, delta[active], lo[active])
         hi[active] = np.where(resid < 0, delta[active], hi[active])
@@ -376,10 +463,13 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         small = np.abs(step) <= tol  # at the ulp level: one more evaluation, at the new point
         inside = np.isfinite(new) & (new > lo[active]) & (new < hi[active])
         new = np.where(inside | small, new, 0.5 * (lo[active] + hi[active]))
-        done = (resid == 0) | finishing[active] | (new == cur) | (hi[active] - lo[active] <= tol)
-        finishing[active] = small
-        delta[active] = np.where(done, cur, new)
+        # a step at the ulp level is taken and ends the solve: the weights are evaluated once,
+        # at the final delta, after the loop
+        done = (resid == 0) | small | (new == cur) | (hi[active] - lo[active] <= tol)
+        delta[active] = np.where(done & ~small, cur, new)
         active = active[~done]
+    zr -= delta[:, None]  # t = zr - delta at the solution: the weights, elementwise
+    p, q, d = _sigmoid_parts(zr)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters})

@@ -20,9 +20,9 @@ from numpy.typing import NDArray
 from rich.table import Table
 from rich.text import Text
 
-from topk_cli.comparison import BOUNDARY_WARNING_DIGITS, ComputeReport, row_title
+from topk_cli.comparison import BOUNDARY_WARNING_DIGITS, ComputeReport, MethodRun, row_title
 from topk_cli.errors import InvalidArgumentError
-from topk_cli.registry import METHODS
+from topk_cli.registry import ALIASES, METHODS
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
 #: Tables show at most this many vectors (blocks) and entries per vector.
@@ -46,23 +46,25 @@ def compute_warnings(report: ComputeReport) -> list[str]:
         if "level" in failure.detail:
             level = ""
         hint = ""
-        if failure.method == "grad-recursive" and "'grad'" not in failure.detail:
-            hint = "; use -m grad (the same operator, computed stably)"
+        equivalent = METHODS[failure.method].stable_equivalent
+        if equivalent is not None and f"'{equivalent}'" not in failure.detail:
+            hint = f"; use -m {equivalent} (the same operator, computed stably)"
         lines.append(
             f"{failure.method} failed on {row_title(report.data, row)}: {failure.code}{level}: "
             f"{failure.detail}{hint}"
         )
     if len(failures) > MAX_WARNINGS:
         lines.append(f"... and {len(failures) - MAX_WARNINGS} more failed rows (see 'status' in the output)")
-    return lines + _boundary_warnings(report)
+    return lines + [line for run in report.runs for line in _boundary_warnings(report, run)]
 
 
-def _boundary_warnings(report: ComputeReport) -> list[str]:
-    """Rows on which ``grad-recursive`` succeeded but lies at or beyond its stability boundary."""
-    outlook = report.outlook
-    run = next((r for r in report.runs if r.method == "grad-recursive"), None)
-    if outlook is None or run is None:
+def _boundary_warnings(report: ComputeReport, run: MethodRun) -> list[str]:
+    """Rows on which a method with a stability model succeeded but lies at or beyond its boundary."""
+    outlook = run.outlook
+    if outlook is None:
         return []
+    equivalent = METHODS[run.method].stable_equivalent
+    advice = f"; use -m {equivalent}" if equivalent else ""
     near = (run.status == "ok") & (outlook.fails | (outlook.digits_lost >= BOUNDARY_WARNING_DIGITS))
     lines = []
     for row in np.flatnonzero(near)[:MAX_WARNINGS]:
@@ -73,11 +75,28 @@ def _boundary_warnings(report: ComputeReport) -> list[str]:
             else f"close to its stability boundary (about {outlook.digits_lost[row]:.0f} of 16 digits lost)"
         )
         lines.append(
-            f"grad-recursive on {row_title(report.data, int(row))} is {where}; smallest 1 - p = "
-            f"{outlook.min_complement[row]:.1e}; use -m grad"
+            f"{run.method} on {row_title(report.data, int(row))} is {where}; smallest 1 - p = "
+            f"{outlook.min_complement[row]:.1e}{advice}"
         )
     if near.sum() > MAX_WARNINGS:
-        lines.append(f"... and {int(near.sum()) - MAX_WARNINGS} more rows near grad-recursive's boundary")
+        lines.append(f"... and {int(near.sum()) - MAX_WARNINGS} more rows near {run.method}'s boundary")
+    return lines
+
+
+def hardness_lines(report: ComputeReport) -> list[str]:
+    """Under ``--hardness``: the tau chosen for each method, or why it cannot reach the mass."""
+    lines = []
+    for run in report.runs:
+        m = run.match
+        if m is None:
+            continue
+        if m.status == "constant":
+            lines.append(f"{run.method}: does not depend on tau ({m.reason})")
+        elif m.tau is None:
+            lines.append(f"{run.method}: cannot reach top-k mass {m.target:g}: {m.reason}")
+        else:
+            note = f" ({m.reason})" if m.status != "ok" and m.reason else ""
+            lines.append(f"{run.method}: tau = {m.tau:.6g} gives mean top-k mass {m.mass:.4f}{note}")
     return lines
 
 
@@ -135,10 +154,13 @@ def render_compute_table(
         )
     if report.runs and report.runs[0].jacobian is not None and n > TABLE_MAX_JACOBIAN_N:
         notes.append(f"the table omits Jacobians for n > {TABLE_MAX_JACOBIAN_N}; use --format json")
+    temperature = f"tau={format_float(report.tau)}" if report.hardness is None else f"top-k mass {report.hardness:g}"
     header = Text(
-        f"soft top-k of {data.source}: k={report.k}, tau={format_float(report.tau)}, n={n}"
+        f"soft top-k of {data.source}: k={report.k}, {temperature}, n={n}"
         + (f", {rows} vectors" if rows > 1 else "")
     )
+    if report.hardness is not None:
+        header.append("\n" + "\n".join(hardness_lines(report)))
     return Rendered(_tidy(renderables_to_text([header, *renderables], color=color), color), tuple(notes))
 
 
@@ -155,16 +177,30 @@ def _block(report: ComputeReport, r: int, max_entries: int) -> Table:
         status = str(run.status[r])
         footer = format_float(float(run.weights[r].sum())) if status == "ok" else status
         table.add_column(run.method, justify="right", footer=footer)
+        if run.stderr is not None:
+            table.add_column("s.e.", justify="right", footer="")
+    width = sum(2 if run.stderr is not None else 1 for run in report.runs)
     for i in range(min(n, max_entries)):
         hard = report.hard[r, i]
         style = "bold" if hard > 0 else None
-        cells = [
-            data.labels[i], format_float(float(data.values[r, i])), format_float(float(hard)),
-            *(format_float(float(run.weights[r, i])) for run in report.runs),
-        ]
+        cells = [data.labels[i], format_float(float(data.values[r, i])), format_float(float(hard))]
+        for run in report.runs:
+            cells.append(format_float(float(run.weights[r, i])))
+            if run.stderr is not None:
+                cells.append(format_float(float(run.stderr[r, i]), 2))
         table.add_row(*cells, style=style)
     if n > max_entries:
-        table.add_row(f"... {n - max_entries} more", *([""] * (2 + len(report.runs))))
+        table.add_row(f"... {n - max_entries} more", *([""] * (2 + width)))
+    if report.with_sum:
+        hard_top = format_float(float(np.sum(np.where(report.hard[r] > 0, report.hard[r] * data.values[r], 0.0))))
+        for label, key in (("sum p*x", "sums"), ("potential", "potential")):
+            cells = [label, "", hard_top]
+            for run in report.runs:
+                values = getattr(run, key)
+                cells.append("-" if values is None else format_float(float(values[r])))
+                if run.stderr is not None:
+                    cells.append("")
+            table.add_row(*cells, style="italic")
     return table
 
 
@@ -197,22 +233,33 @@ def render_compute_csv(report: ComputeReport) -> str:
     rows, n = data.values.shape
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    with_stderr = any(run.stderr is not None for run in report.runs)
+    extra = (("stderr",) if with_stderr else ()) + (("topk_sum", "potential") if report.with_sum else ())
+    writer.writerow(CSV_COLUMNS + extra)
     entries = range(n)
     chunk = 65536
     for r in range(rows):
         row_name = data.row_names[r]
         for run in report.runs:
             status = str(run.status[r])
+            tail: tuple[Any, ...] = ()
+            if report.with_sum:
+                tail = (
+                    float(run.sums[r]) if run.sums is not None else "",
+                    float(run.potential[r]) if run.potential is not None else "",
+                )
             for start in range(0, n, chunk):  # chunks: Python floats for one chunk at a time
                 stop = min(start + chunk, n)
+                errors = run.stderr[r, start:stop].tolist() if run.stderr is not None else [""] * (stop - start)
                 writer.writerows(
-                    (r, row_name, i, data.labels[i], value, hard, run.method, weight, status)
-                    for i, value, hard, weight in zip(
+                    (r, row_name, i, data.labels[i], value, hard, run.method, weight, status,
+                     *((se,) if with_stderr else ()), *tail)
+                    for i, value, hard, weight, se in zip(
                         entries[start:stop],
                         data.values[r, start:stop].tolist(),
                         report.hard[r, start:stop].tolist(),
                         run.weights[r, start:stop].tolist(),
+                        errors,
                         strict=True,
                     )
                 )
@@ -247,8 +294,11 @@ def render_compute_json(report: ComputeReport) -> str:
     """One JSON document: ``{"k", "tau", "labels", "results": [{"method", "weights", "status"}]}``.
 
     Extra keys: ``source``, ``n``, ``rows``, ``row_names``, ``hard`` (the hard top-k), per result
-    ``sums`` and ``failures`` (row, code, level, value, detail), and ``jacobian`` (a list per row,
-    ``null`` for failed rows) under ``--jacobian``. Weights of failed rows are ``null``.
+    ``sums`` (of the weights) and ``failures`` (row, code, level, value, detail), ``parameters``
+    (the method's extra parameters, when it has some), ``stderr`` (standard errors of a
+    Monte-Carlo method), ``jacobian`` (a list per row, ``null`` for failed rows) under
+    ``--jacobian``, and ``topk_sum`` (``sum_i p_i x_i`` per row) and ``potential`` (per row, or
+    ``null`` for a method without one) under ``--sum``. Weights of failed rows are ``null``.
     """
     data = report.data
     rows, n = data.values.shape
@@ -273,6 +323,18 @@ def render_compute_json(report: ComputeReport) -> str:
                 for f in run.failures
             ],
         }
+        if run.params:
+            entry["parameters"] = dict(run.params)
+        if run.stderr is not None:
+            entry["stderr"] = big(_json_matrix(run.stderr))
+        if report.with_sum and run.sums is not None:
+            entry["topk_sum"] = big(_json_floats(run.sums))
+            entry["potential"] = None if run.potential is None else big(_json_floats(run.potential))
+        if run.match is not None:  # --hardness: this method's own tau
+            entry.update(
+                tau=run.tau, topk_mass=run.match.mass, hardness_status=run.match.status,
+                hardness_reason=run.match.reason,
+            )
         if run.jacobian is not None:
             entry["jacobian"] = [
                 big(_json_matrix(run.jacobian[r])) if run.status[r] == "ok" else None for r in range(rows)
@@ -280,7 +342,8 @@ def render_compute_json(report: ComputeReport) -> str:
         results.append(entry)
     document = {
         "k": report.k,
-        "tau": report.tau,
+        "tau": report.tau if report.hardness is None else None,
+        **({"hardness": report.hardness} if report.hardness is not None else {}),
         "source": data.source,
         "n": n,
         "rows": rows,
@@ -315,9 +378,21 @@ def methods_document() -> dict[str, Any]:
                 "guarantees": spec.guarantees.as_dict(),
                 "reference": spec.reference,
                 "notes": spec.notes,
+                "evaluation": spec.capabilities.evaluation.value,
+                "jacobian_available": spec.capabilities.jacobian,
+                "potential": spec.capabilities.potential is not None,
+                "aliases": [{"name": a.name, "reference": a.reference} for a in spec.aliases],
+                "parameters": [
+                    {"name": p.name, "option": p.option, "type": p.kind.__name__, "default": p.default,
+                     "minimum": p.minimum, "maximum": p.maximum, "help": p.help}
+                    for p in spec.parameters
+                ],
+                "failure_codes": [{"code": f.code, "meaning": f.meaning} for f in spec.failures],
+                "probe_reference": spec.probe.description,
             }
             for spec in METHODS.values()
-        ]
+        ],
+        "aliases": dict(ALIASES),
     }
 
 
@@ -328,8 +403,13 @@ def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
         return render_json(doc)
     properties = list(doc["methods"][0]["guarantees"])
     if fmt is OutputFormat.csv:
-        columns = ["name", "family", "smoothness", "sparse", *properties, "summary", "reference", "notes"]
-        rows = [{**m, **m["guarantees"]} for m in doc["methods"]]
+        columns = ["name", "family", "smoothness", "sparse", *properties, "evaluation", "aliases", "parameters",
+                   "summary", "reference", "notes"]
+        rows = [
+            {**m, **m["guarantees"], "aliases": " ".join(a["name"] for a in m["aliases"]),
+             "parameters": " ".join(f"{p['name']}={p['default']}" for p in m["parameters"])}
+            for m in doc["methods"]
+        ]
         return render_csv(rows, columns)
     overview = Table(title="Methods (softtopk compute -m NAME)", title_justify="left", header_style="bold")
     for name in ("method", "family", "smoothness", "summary"):
@@ -345,9 +425,20 @@ def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
     sources.add_column("method")
     sources.add_column("reference and notes", overflow="fold")
     for m in doc["methods"]:
-        overview.add_row(m["name"], m["family"], m["smoothness"], m["summary"])
+        extras = []
+        if m["evaluation"] != "exact":
+            extras.append(f"({m['evaluation']})")
+        if m["parameters"]:
+            extras.append("options: " + ", ".join(f"{p['option']} (default {p['default']})" for p in m["parameters"]))
+        summary = " ".join([m["summary"], *extras])
+        overview.add_row(m["name"], m["family"], m["smoothness"], summary)
         claims.add_row(m["name"], *("yes" if m["guarantees"][p] else "no" for p in properties))
-        sources.add_row(m["name"], m["reference"] + (f"\nNote: {m['notes']}" if m["notes"] else ""))
+        text = m["reference"]
+        for alias in m["aliases"]:
+            text += f"\nAlso known as {alias['name']!r} (-m {alias['name']}): {alias['reference']}"
+        if m["notes"]:
+            text += f"\nNote: {m['notes']}"
+        sources.add_row(m["name"], text)
     return _tidy(renderables_to_text([overview, claims, sources], color=color, width=200), color)
 
 

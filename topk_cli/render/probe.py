@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from topk_cli.analysis.probe import REFERENCES, Boundary, CellResult, ProbeReport
+from topk_cli.registry import METHODS
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
 #: Heatmap glyphs by failure rate: none, (0, 25%], (25%, 50%], (50%, 75%], (75%, 100%].
@@ -70,7 +71,7 @@ def _boundaries_table(report: ProbeReport) -> Table:
     for b in report.boundaries:
         if b.method in quiet:
             continue
-        recursive = b.method == "grad-recursive"
+        recursive = METHODS[b.method].stability is not None
         table.add_row(
             b.method, str(b.n), str(b.k), _scale(b.first_failing_scale),
             _scale(b.first_breaking_scale) if recursive else "",
@@ -98,8 +99,8 @@ def _detection_table(report: ProbeReport) -> Table | None:
         return None
     table = Table(
         title=(
-            "grad-recursive near its boundary: observed breaks (trace) vs predicted (exact program, no recursion); "
-            "levels = level:trials"
+            f"{', '.join(sorted({c.method for c in rows}))} near its boundary: observed breaks (trace) vs "
+            "predicted (exact program, no recursion); levels = level:trials"
         ),
         title_justify="left",
     )
@@ -193,7 +194,7 @@ def _boundary_dict(b: Boundary) -> dict[str, Any]:
         "method": b.method, "n": b.n, "k": b.k, "first_failing_scale": b.first_failing_scale,
         "predicted_scale": b.predicted_scale,
     }
-    if b.method == "grad-recursive":
+    if METHODS[b.method].stability is not None:
         out["first_breaking_scale"] = b.first_breaking_scale
         out["saturation_scale"] = b.saturation_scale
     return out

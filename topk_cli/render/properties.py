@@ -37,7 +37,7 @@ def result_dict(r: PropertyResult) -> dict[str, Any]:
         "skipped": r.skipped,
         "violations": r.violations,
         "detail": r.detail,
-    }
+    } | ({"within_stderr": r.within_stderr} if r.within_stderr is not None else {})
 
 
 def render_properties_json(report: VerifyReport, *, k: int | None = None) -> str:
@@ -130,6 +130,14 @@ def render_properties_table(report: VerifyReport, *, color: bool = False) -> str
             "C-inf = no discontinuity detected up to the 2nd derivative."
         )
     )
+    stochastic = sorted({(r.method, r.within_stderr) for r in report.results if r.within_stderr is not None})
+    for method, within in stochastic:
+        renderables.append(
+            Text(
+                f"{method} is a Monte-Carlo estimate: its verdicts allow {within:g} standard errors of the estimate "
+                "(reported by the method) on every weight; smooth and jacobian are not measured on it."
+            )
+        )
     return renderables_to_text(renderables, color=color, width=200)
 
 

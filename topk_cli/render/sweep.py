@@ -59,6 +59,15 @@ def sweep_document(result: SweepResult) -> dict[str, Any]:
         "matches": [
             {"method": m.method, "target": m.target, "tau": m.tau, "topk_mass": m.topk_mass} for m in result.matches
         ],
+        "hardness": [
+            {
+                "method": hm.method, "target": hm.target, "tau": hm.tau, "hardness_status": hm.status,
+                "reason": hm.reason, "topk_mass": hm.mass,
+                **{key: getattr(p, key) if p is not None else None for key in POINT_KEYS if key != "topk_mass"},
+                "status": p.status if p is not None else hm.status,
+            }
+            for hm, p in result.at_hardness
+        ],
     }
 
 
@@ -127,6 +136,26 @@ def matches_table(result: SweepResult) -> Table | None:
     return table
 
 
+def hardness_table(result: SweepResult) -> Table | None:
+    """``--hardness``: each method at its own tau of equal top-k mass (or why it cannot get there)."""
+    if not result.at_hardness:
+        return None
+    target = result.at_hardness[0][0].target
+    table = Table(title=f"At equal hardness: the largest tau giving top-k mass {target:g}", title_justify="left")
+    for col in ("method", "tau", "top-k mass", "L1 to hard", "entropy", "||J||_F", "dead grad", "note"):
+        table.add_column(col, justify="left" if col in ("method", "note") else "right", no_wrap=True)
+    for hm, p in result.at_hardness:
+        if p is None:
+            table.add_row(hm.method, "-", _num(hm.mass), "-", "-", "-", "-", Text(hm.reason, style="red" if hm.status == "unreachable" else ""))
+            continue
+        note = hm.reason if hm.status != "ok" else ("" if p.status == "ok" else p.status)
+        table.add_row(
+            hm.method, _num(hm.tau, 6), _num(p.topk_mass, 6), _num(p.l1_to_hard), _num(p.entropy),
+            _num(p.jacobian_norm), _num(p.small_gradient_fraction, 2), note,
+        )
+    return table
+
+
 def sparkline(values: Sequence[float | None], lo: float, hi: float) -> str:
     """One character per value on a log scale between ``lo`` and ``hi``; ``x`` = failed, `` `` = 0.
 
@@ -179,6 +208,9 @@ def render_sweep_table(result: SweepResult, *, color: bool = False) -> str:
     match = matches_table(result)
     if match is not None:
         renderables.append(match)
+    at_hardness = hardness_table(result)
+    if at_hardness is not None:
+        renderables.append(at_hardness)
     renderables.append(chart_table(result))
     renderables.append(
         Text("dead grad = share of inputs whose Jacobian column has norm < 1e-8 (they receive no gradient).")

@@ -1,0 +1,237 @@
+"""GradTopK in probability space: a tilted Poisson-binomial dynamic program, in linear space.
+
+GradTopK's weights are the inclusion probabilities of conditional Poisson sampling,
+``P(S) ∝ exp(sum_{i in S} z_i)`` over the k-subsets ``S``. For any tilt ``lambda``, draw every
+entry independently with probability ``pi_i = sigmoid(z_i - lambda)``; conditioned on drawing
+exactly k entries, the subset has exactly that law (the tilt cancels). So, with
+``alpha_t(j) = P(j entries drawn among those before t)`` and ``beta_t(m)`` the same after t,
+
+    p_t = pi_t sum_j alpha_t(j) beta_t(k-1-j) / P(k),  1 - p_t = (1 - pi_t) sum_j alpha_t(j) beta_t(k-j) / P(k).
+
+``alpha`` and ``beta`` follow the Poisson-binomial recursion
+``alpha(j) <- (1 - pi_i) alpha(j) + pi_i alpha(j-1)``: every step is a convex combination of
+numbers in [0, 1], so nothing overflows, no digits cancel, and an underflowed entry carries an
+absolute error below ``n * 2^-1074``. Every quantity that reaches ``p`` or ``1 - p`` is a
+probability bounded by ``p_t`` or ``1 - p_t`` divided by ``P(k)``; with the tilt chosen so that
+the expected number drawn is close to k, ``P(k)`` is of order ``1 / sqrt(var)``. Hence the
+result has the accuracy of the log-space program whenever ``P(k)`` is not small and no
+``p_t`` or ``1 - p_t`` is below ``TINY``: the callers check both per row and hand the other rows
+to the log-space program (very wide spreads, where some marginal is within ``1e-250`` of 0 or 1).
+
+Cost: O(n k) multiply-adds per row and two passes of ``exp`` (no logarithm or exponential per
+table entry); no sort. Memory: the ``alpha`` table is checkpointed every ``L ~ sqrt(n)`` entries
+and recomputed block by block during the backward sweep, so a chunk of rows needs
+``O((n / L + L) k)`` floats, not ``O(n k)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from topk_cli.operators._base import FloatArray
+
+#: Marginals (or complements) below this are left to the log-space program (see module doc).
+TINY = 1e-250
+
+#: Smallest acceptable ``P(k)`` of the tilted draw (the program is exact for any tilt; a tiny
+#: ``P(k)`` would only mean that the bound above is loose).
+MIN_PK = 1e-10
+
+#: Floats in the working tables of one chunk of rows (64 MiB).
+BUDGET = 1 << 23
+
+
+@dataclass(frozen=True)
+class Marginals:
+    """``p``, ``q = 1 - p`` (both ``(R, n)``), the tangent ``dp`` when asked, and ``certified``
+    per row (``P(k) >= MIN_PK``, every finite ``min(p, q) >= TINY``, all finite)."""
+
+    p: FloatArray
+    q: FloatArray
+    dp: FloatArray | None
+    certified: np.ndarray
+
+
+def _sigmoid_pair(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sigmoid(t), sigmoid(-t))``, both relatively accurate, from one ``exp(-|t|)``."""
+    with np.errstate(under="ignore", invalid="ignore"):  # e = 0 far away; t = -inf masked
+        e = np.abs(t)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        r = np.add(e, 1.0)
+        np.reciprocal(r, out=r)
+        small = np.multiply(e, r, out=e)
+    pos = t >= 0
+    big_p = np.multiply(r, pos)
+    big_p += np.multiply(small, ~pos)
+    big_q = np.multiply(small, pos)
+    big_q += np.multiply(r, ~pos)
+    return big_p, big_q
+
+
+def _tilt(z: FloatArray, k: int, lam0: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(pi, 1 - pi)`` for a tilt near the one whose expected count is ``k``.
+
+    Starts from ``lam0`` (the Laplace threshold, within log 2 of the sigmoid one) and takes
+    Newton steps on ``sum pi = k`` only for rows whose expected count is more than two standard
+    deviations from ``k``.
+    """
+    lam = lam0.copy()
+    rows = np.arange(z.shape[0])
+    pi, qi = _sigmoid_pair(z - lam[:, None])
+    for _ in range(4):
+        mu = pi[rows].sum(axis=1)
+        var = (pi[rows] * qi[rows]).sum(axis=1)
+        off = np.abs(mu - k) > 2.0 * np.sqrt(var) + 0.5
+        if not off.any():
+            break
+        rows = rows[off]
+        lam[rows] += (mu[off] - k) / np.maximum(var[off], 1e-300)
+        pi[rows], qi[rows] = _sigmoid_pair(z[rows] - lam[rows, None])
+    return pi, qi
+
+
+def _step(a: FloatArray, pi: FloatArray, qi: FloatArray, out: FloatArray, buf: FloatArray) -> None:
+    """``out(j) = qi a(j) + pi a(j-1)`` (counts on axis 0, rows on axis 1: long inner loops)."""
+    np.multiply(a, qi, out=out)
+    np.multiply(a[:-1], pi, out=buf)
+    out[1:] += buf
+
+
+def _tangent_step(a: FloatArray, da: FloatArray, pi: FloatArray, qi: FloatArray, dpi: FloatArray,
+                  out: FloatArray, buf: FloatArray) -> None:
+    """Tangent of :func:`_step`: ``d out(j) = qi da(j) + pi da(j-1) + dpi (a(j-1) - a(j))``."""
+    _step(da, pi, qi, out, buf)
+    np.subtract(a[:-1], a[1:], out=buf)
+    buf *= dpi
+    out[1:] += buf
+    out[0] -= dpi * a[0]
+
+
+def _layout(rows: int, n: int, k: int, tables: int) -> tuple[int, int]:
+    """``(rows per chunk, checkpoint interval L)`` keeping a chunk's tables within ``BUDGET``."""
+    per_row_full = (n + 1) * (k + 1) * tables
+    full_rows = BUDGET // per_row_full
+    if full_rows >= min(rows, 256):
+        return max(1, min(rows, full_rows)), n
+    interval = math.isqrt(n) + 1
+    per_row = (n // interval + interval + 3) * (k + 1) * tables
+    return max(1, min(rows, BUDGET // per_row)), interval
+
+
+def marginals(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None = None) -> Marginals:
+    """GradTopK marginals of the rows of ``z`` (``(R, n)``, ``-inf`` masked) for one ``k``.
+
+    Needs ``1 <= k < m`` (``m`` unmasked entries per row; use the complement identity to keep
+    ``k <= m/2``: the cost is O(n k)). ``lam0`` is a starting tilt per row (any value works;
+    one whose expected count is near k keeps ``P(k)`` large). With ``v`` (``(R, n)``), also the
+    tangent ``dp`` along ``v`` (= ``J v``, the VJP: the Jacobian is symmetric).
+    """
+    rows, n = z.shape
+    tables = 1 if v is None else 2
+    chunk, interval = _layout(rows, n, k, tables)
+    p = np.empty((rows, n))
+    q = np.empty((rows, n))
+    dp = None if v is None else np.empty((rows, n))
+    certified = np.empty(rows, dtype=bool)
+    for r0 in range(0, rows, chunk):
+        sl = slice(r0, min(rows, r0 + chunk))
+        out = _chunk(z[sl], k, lam0[sl], None if v is None else v[sl], interval)
+        p[sl], q[sl], certified[sl] = out.p, out.q, out.certified
+        if dp is not None and out.dp is not None:
+            dp[sl] = out.dp
+    return Marginals(p=p, q=q, dp=dp, certified=certified)
+
+
+def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interval: int) -> Marginals:
+    rows, n = z.shape
+    pi, qi = _tilt(z, k, lam0)
+    pit, qit = np.ascontiguousarray(pi.T), np.ascontiguousarray(qi.T)  # (n, R): one entry per step
+    dpit = None if v is None else np.ascontiguousarray((pi * qi * v).T)
+    width = k + 1
+    buf = np.empty((k, rows))
+    blocks = (n + interval - 1) // interval
+    full = interval >= n
+    # states (counts 0..k on axis 0, rows on axis 1) before each entry: all of them, or the first
+    # of every block of ``interval`` entries (checkpoints) and the current block
+    table = np.empty((min(interval, n) + 1, width, rows))
+    dtable = None if dpit is None else np.empty_like(table)
+    ckpt = table if full else np.empty((blocks, width, rows))
+    dckpt = dtable if full or dtable is None else np.empty((blocks, width, rows))
+    a = np.zeros((width, rows))
+    a[0] = 1.0
+    da = np.zeros((width, rows))
+    nxt, dnxt = np.empty_like(a), np.empty_like(a)
+    if full:  # every state is kept: step from table row to table row, no copies
+        table[0] = a
+        if dtable is not None:
+            dtable[0] = da
+        for i in range(n):
+            if dtable is not None and dpit is not None:
+                _tangent_step(table[i], dtable[i], pit[i], qit[i], dpit[i], dtable[i + 1], buf)
+            _step(table[i], pit[i], qit[i], table[i + 1], buf)
+    else:
+        for i in range(n):
+            if i % interval == 0:
+                ckpt[i // interval] = a
+                if dckpt is not None:
+                    dckpt[i // interval] = da
+            if dpit is not None:
+                _tangent_step(a, da, pit[i], qit[i], dpit[i], dnxt, buf)
+                da, dnxt = dnxt, da
+            _step(a, pit[i], qit[i], nxt, buf)
+            a, nxt = nxt, a
+    # backward sweep: beta (the entries after t) combined with alpha (the entries before t)
+    nh = np.empty((n, rows))
+    mh = np.empty((n, rows))
+    dnh = None if dpit is None else np.empty((n, rows))
+    dmh = None if dpit is None else np.empty((n, rows))
+    b = np.zeros((width, rows))
+    b[0] = 1.0
+    db = np.zeros((width, rows))
+    for blk in range(blocks - 1, -1, -1):
+        start, stop = blk * interval, min(n, (blk + 1) * interval)
+        base = 0 if full else start
+        if not full:  # recompute the block's states from its checkpoint
+            table[0] = ckpt[blk]
+            if dtable is not None and dckpt is not None:
+                dtable[0] = dckpt[blk]
+            for i in range(start, stop - 1):
+                if dtable is not None and dpit is not None:
+                    _tangent_step(table[i - start], dtable[i - start], pit[i], qit[i], dpit[i],
+                                  dtable[i - start + 1], buf)
+                _step(table[i - start], pit[i], qit[i], table[i - start + 1], buf)
+        for t in range(stop - 1, start - 1, -1):
+            at = table[t - base]
+            rev_n, rev_m = b[k - 1 :: -1], b[::-1]  # beta(k-1-j), j < k; beta(k-j), j <= k
+            nh[t] = np.einsum("jr,jr->r", at[:k], rev_n)
+            mh[t] = np.einsum("jr,jr->r", at, rev_m)
+            if dtable is not None and dnh is not None and dmh is not None and dpit is not None:
+                dat = dtable[t - base]
+                dnh[t] = np.einsum("jr,jr->r", dat[:k], rev_n) + np.einsum("jr,jr->r", at[:k], db[k - 1 :: -1])
+                dmh[t] = np.einsum("jr,jr->r", dat, rev_m) + np.einsum("jr,jr->r", at, db[::-1])
+                _tangent_step(b, db, pit[t], qit[t], dpit[t], dnxt, buf)
+                db, dnxt = dnxt, db
+            _step(b, pit[t], qit[t], nxt, buf)
+            b, nxt = nxt, b
+    num = pit * nh  # (n, R)
+    den = qit * mh
+    total = num + den  # = P(k) for every t, up to rounding
+    with np.errstate(divide="ignore", invalid="ignore"):  # uncertified rows are recomputed
+        pt = num / total
+        qt = den / total
+        dpt = None
+        if dpit is not None and dnh is not None and dmh is not None:
+            dnum = dpit * nh + pit * dnh
+            dden = qit * dmh - dpit * mh
+            dpt = (qt * dnum - pt * dden) / total
+    masked = ~np.isfinite(z.T)
+    smallest = (np.minimum(pt, qt) + masked).min(axis=0)  # masked entries (p = 0) do not count
+    ok = np.isfinite(pt).all(axis=0) & np.isfinite(qt).all(axis=0) & (smallest >= TINY)
+    ok &= total.min(axis=0) >= MIN_PK
+    if dpt is not None:
+        ok &= np.isfinite(dpt).all(axis=0)
+    return Marginals(p=pt.T, q=qt.T, dp=None if dpt is None else dpt.T, certified=ok)

@@ -1,0 +1,200 @@
+"""Perturbed top-k (Berthet et al. 2020): ``p = E[T_k(z + Z)]``, Z standard Gaussian, by Monte Carlo.
+
+Axis convention: every function acts on a validated ``(B, n)`` batch ``z`` (see ``_base``): the
+largest finite entry of each row is 0, masked entries are ``-inf`` (never selected).
+
+Temperature: the public API passes ``z = x / tau``, so ``E[T_k(z + Z)] = E[T_k(x + tau Z)]``: the
+noise scale ``sigma`` of Berthet et al. is ``tau``.
+
+Estimator: ``samples`` draws in ``samples / 2`` antithetic pairs ``(Z, -Z)``; each pair's average
+``(T_k(z + Z) + T_k(z - Z)) / 2`` is one independent observation, so ``p`` is their mean and the
+standard error of each weight is their standard deviation over ``sqrt(samples / 2)``. Every
+sample selects exactly k entries, so ``sum p = k`` and ``0 <= p <= 1`` hold exactly, while
+monotonicity and permutation equivariance hold only in expectation (within the standard error).
+The noise is a function of ``(seed, samples)`` and of the entry's rank among the unmasked
+entries of its row only, shared by every row (common random numbers): the result is
+deterministic for a seed, a row's weights do not depend on the other rows of the batch, masking
+an entry is exactly the same as removing it, and differences between nearby inputs,
+temperatures or methods are not drowned in fresh noise. The estimate is piecewise constant in ``z`` (its finite differences are
+0 or jumps); the smooth object is the expectation.
+
+Jacobian: integration by parts, ``dp/dz = E[T_k(z + Z) Z^T]`` (``/ sigma`` in ``x`` units, applied
+by the API), estimated with the antithetic difference ``(T_k(z + Z) - T_k(z - Z)) / 2`` and the
+noise centred over the unmasked entries (``T_k`` is shift-invariant, so centring removes a
+zero-mean term exactly): rows and columns of the estimate sum to 0. Unbiased for the Jacobian
+of the expectation; :func:`perturbed_jacobian_with_stderr` gives its standard error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topk_cli.errors import InvalidArgumentError
+from topk_cli.operators._base import FloatArray, Forward, Implementation
+
+#: Default number of Monte Carlo samples (``samples / 2`` antithetic pairs).
+DEFAULT_SAMPLES = 1000
+
+#: Default seed of the noise.
+DEFAULT_SEED = 0
+
+#: Elements of one ``(rows, pairs, n)`` block (bounds the memory of a call, about 32 MiB).
+_BLOCK = 1 << 22
+
+
+def check_perturbed_params(samples: object, seed: object) -> tuple[int, int]:
+    """Validate ``samples`` (an even integer >= 4) and ``seed`` (an integer >= 0)."""
+    if isinstance(samples, (bool, np.bool_)) or not isinstance(samples, (int, np.integer)):
+        raise InvalidArgumentError(f"samples must be an even integer >= 4, got {samples!r}")
+    if samples < 4 or samples % 2:
+        raise InvalidArgumentError(
+            f"samples must be an even integer >= 4 (antithetic pairs, two pairs for a standard error), got {samples}"
+        )
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidArgumentError(f"seed must be an integer >= 0, got {seed!r}")
+    return int(samples), int(seed)
+
+
+def perturbation_noise(n: int, samples: int, seed: int) -> FloatArray:
+    """The ``(n, samples / 2)`` standard Gaussian draws: row ``j`` is the noise ``Z`` of the ``j``-th
+    unmasked entry in the antithetic pairs ``(Z, -Z)``.
+
+    Drawn row by row from ``np.random.default_rng(seed)``, so the noise of the first ``m`` entries
+    does not depend on ``n``.
+    """
+    return np.random.default_rng(seed).standard_normal((n, samples // 2))
+
+
+def _row_noise(fin: np.ndarray, noise: FloatArray) -> FloatArray:
+    """``(rows, pairs, n)`` noise of a block: unmasked entry ``i`` gets row ``rank(i)`` of ``noise``."""
+    rank = np.cumsum(fin, axis=1) - 1
+    return np.where(fin[:, None, :], np.transpose(noise[np.maximum(rank, 0)], (0, 2, 1)), 0.0)
+
+
+def _hard(w: FloatArray, k: int) -> FloatArray:
+    """``T_k`` of every ``(..., n)`` slice of ``w`` (ties have probability 0 under the noise)."""
+    out = np.zeros(w.shape)
+    idx = np.argpartition(-w, k - 1, axis=-1)[..., :k]
+    np.put_along_axis(out, idx, 1.0, axis=-1)
+    return out
+
+
+def _blocks(b: int, pairs: int, n: int) -> list[slice]:
+    rows = max(1, _BLOCK // max(1, pairs * n))
+    return [slice(s, min(b, s + rows)) for s in range(0, b, rows)]
+
+
+def _pairs(z: FloatArray, k: int, noise: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(T_k(z + Z), T_k(z - Z))`` for a block of rows and its ``(rows, pairs, n)`` noise."""
+    plus = _hard(z[:, None, :] + noise, k)  # masked entries stay -inf (their noise is 0)
+    minus = _hard(z[:, None, :] - noise, k)
+    return plus, minus
+
+
+def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
+                      seed: int = DEFAULT_SEED) -> Forward:
+    """Monte Carlo ``p = E[T_k(z + Z)]`` with antithetic pairs and common random numbers.
+
+    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = 1 - p (B, n)`` and ``aux["stderr"] (B, n)``,
+    the standard error of each weight (0 where every sample agrees, e.g. masked entries).
+
+    >>> fwd = perturbed_forward(np.array([[0.0, -1.0, -8.0]]), 1, samples=2000, seed=0)
+    >>> np.round(fwd.p, 2), bool(np.all(fwd.aux["stderr"] < 0.02))
+    (array([[0.77, 0.23, 0.  ]]), True)
+    """
+    samples, seed = check_perturbed_params(samples, seed)
+    b, n = z.shape
+    noise = perturbation_noise(n, samples, seed)
+    pairs = noise.shape[1]
+    fin_all = np.isfinite(z)
+    p = np.empty((b, n))
+    q = np.empty((b, n))
+    se = np.empty((b, n))
+    potential = np.empty(b)
+    for blk in _blocks(b, pairs, n):
+        zb = z[blk]
+        nb = _row_noise(fin_all[blk], noise)
+        plus, minus = _pairs(zb, k, nb)
+        obs = 0.5 * (plus + minus)  # one independent observation per pair, values 0, 1/2, 1
+        p[blk] = obs.mean(axis=1)
+        q[blk] = (1.0 - obs).mean(axis=1)
+        se[blk] = obs.std(axis=1, ddof=1) / np.sqrt(pairs)
+        # E[sum of the k largest entries of z + Z]: its gradient is E[T_k(z + Z)] sample by sample
+        fin = np.isfinite(zb)[:, None, :]
+        zf = np.where(fin, zb[:, None, :], 0.0)
+        top_plus = np.where(plus > 0, zf + nb, 0.0).sum(axis=2)
+        top_minus = np.where(minus > 0, zf - nb, 0.0).sum(axis=2)
+        potential[blk] = 0.5 * (top_plus + top_minus).mean(axis=1)
+    return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
+
+
+def perturbed_potential(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
+    """``E[max_{|S| = k} sum_{i in S} (z_i + Z_i)]`` estimated with the forward's samples, ``(B,)``.
+
+    Berthet et al.'s perturbed maximum: with the same (common) noise its gradient is exactly the
+    estimated ``p`` wherever no sample sits at a tie, so it is the potential of this estimate.
+    """
+    return fwd.aux["potential"]
+
+
+def _centred(noise: FloatArray, fin: np.ndarray) -> FloatArray:
+    """``Z - mean(Z)`` over the unmasked entries of each row, 0 on masked ones: ``(rows, pairs, n)``."""
+    mask = fin[:, None, :]
+    mean = noise.sum(axis=2, keepdims=True) / fin.sum(axis=1)[:, None, None]
+    return np.where(mask, noise - mean, 0.0)
+
+
+def perturbed_jacobian_with_stderr(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
+                                   seed: int = DEFAULT_SEED) -> tuple[FloatArray, FloatArray]:
+    """``(J, stderr)``: the integration-by-parts estimate of ``dp/dz`` and its standard error.
+
+    ``J[b, i, j] = mean over pairs of D_i Zc_j`` with ``D = (T_k(z + Z) - T_k(z - Z)) / 2`` and
+    ``Zc`` the centred noise; shapes ``(B, n, n)``. Masked entries have zero rows and columns.
+    """
+    samples, seed = check_perturbed_params(samples, seed)
+    b, n = z.shape
+    noise = perturbation_noise(n, samples, seed)
+    pairs = noise.shape[1]
+    fin = np.isfinite(z)
+    jac = np.empty((b, n, n))
+    se = np.empty((b, n, n))
+    for blk in _blocks(b, pairs, n):
+        nb = _row_noise(fin[blk], noise)
+        plus, minus = _pairs(z[blk], k, nb)
+        diff = 0.5 * (plus - minus)
+        zc = _centred(nb, fin[blk])
+        mean = np.einsum("rmi,rmj->rij", diff, zc) / pairs
+        second = np.einsum("rmi,rmj->rij", diff * diff, zc * zc) / pairs
+        jac[blk] = mean
+        var = np.maximum(second - mean * mean, 0.0) * pairs / (pairs - 1)
+        se[blk] = np.sqrt(var / pairs)
+    return jac, se
+
+
+def perturbed_jacobian(fwd: Forward, z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
+                       seed: int = DEFAULT_SEED) -> FloatArray:
+    """The integration-by-parts estimate of ``dp/dz`` (see :func:`perturbed_jacobian_with_stderr`)."""
+    return perturbed_jacobian_with_stderr(z, k, samples=samples, seed=seed)[0]
+
+
+def perturbed_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray, *, samples: int = DEFAULT_SAMPLES,
+                  seed: int = DEFAULT_SEED) -> FloatArray:
+    """``v^T dp/dz`` estimated as ``mean over pairs of (v . D) Zc`` in O(samples n) per row."""
+    samples, seed = check_perturbed_params(samples, seed)
+    b, n = z.shape
+    noise = perturbation_noise(n, samples, seed)
+    pairs = noise.shape[1]
+    fin = np.isfinite(z)
+    out = np.empty((b, n))
+    for blk in _blocks(b, pairs, n):
+        nb = _row_noise(fin[blk], noise)
+        plus, minus = _pairs(z[blk], k, nb)
+        weight = np.einsum("rmi,ri->rm", 0.5 * (plus - minus), v[blk])
+        out[blk] = np.einsum("rm,rmj->rj", weight, _centred(nb, fin[blk])) / pairs
+    return out
+
+
+#: ``samples`` and ``seed`` reach forward, jacobian and vjp as keyword arguments.
+PERTURBED = Implementation(
+    forward=perturbed_forward, jacobian=perturbed_jacobian, vjp=perturbed_vjp, elementwise=False
+)

@@ -1,0 +1,185 @@
+"""Sparse threshold top-k: ``p = clip(z - lambda, 0, 1) ** r`` with ``sum p = k`` (``r`` = 1 or 3).
+
+Axis convention: every function acts on a validated ``(B, n)`` batch ``z`` (see ``_base``): the
+largest finite entry of each row is 0, masked entries are ``-inf``.
+
+Both methods solve a regularised linear program over the capped simplex
+``D(n, k) = {0 <= p <= 1, sum p = k}``::
+
+    p = argmax_{p in D(n,k)}  <p, z> - (1/q) sum_i p_i^q
+
+* ``thre-clip`` (``q = 2``, ``r = 1``): the Euclidean projection of ``z`` onto ``D(n, k)``,
+  ``p = clip(z - lambda, 0, 1)``. At ``k = 1`` it is sparsemax (Martins & Astudillo 2016); it is
+  entmax's ``budget_bisect`` and Sander et al. (2023)'s top-k mask with ``p = 2``.
+* ``thre-cube`` (``q = 4/3``, ``r = 1/(q - 1) = 3``): ``p = clip(z - lambda, 0, 1)^3``, the
+  ``p = 4/3`` member of Sander et al. (2023)'s p-norm family (their default). The KKT conditions
+  of the problem above give ``p_i^{q-1} = z_i - lambda`` on the free set with no constant factor;
+  a regulariser written ``||p||_q^q`` instead of ``(1/q) ||p||_q^q`` is the same map at the
+  temperature ``tau * q``.
+
+Both are exactly sparse (``p_i = 0`` once ``z_i <= lambda``). ``thre-clip`` is piecewise linear
+(C0); ``thre-cube`` is C1 where entries leave 0 (``d/dt t^3 = 0`` at ``t = 0``) but has a kink
+where an entry saturates at 1 (the derivative of ``t^3`` is 3 there, that of the cap 0), so it is
+C0 as soon as an entry saturates while others are free.
+
+Algorithm (exact, no tolerance): ``G(lambda) = sum_i clip(z_i - lambda, 0, 1)^r`` is continuous and
+non-increasing, with breakpoints at ``z_i`` (entry ``i`` leaves 0) and ``z_i - 1`` (it reaches 1).
+The breakpoints are sorted and a vectorised binary search finds the interval holding the root
+(``log2(2n)`` evaluations of ``G``). On that interval the free and saturated sets are fixed:
+``thre-clip`` has the closed form ``lambda = ref + (sum_free (z_i - ref) + #sat - k) / #free``; for
+``thre-cube`` ``sum_free (z_i - lambda)^3 = k - #sat`` is convex and decreasing in ``lambda`` and
+Newton from the interval's left end increases monotonically to the root (quadratic convergence,
+stopped at the ulp level). Everything is computed relative to ``ref``, the interval's left end,
+so ``t = z - lambda`` keeps full precision for any offset or spread.
+
+Jacobian: the threshold form ``dp/dz = diag(d) - d d^T / sum(d)`` with ``d_i = r t_i^{r-1}`` on the
+open free set ``0 < t_i < 1`` and ``d_i = 0`` elsewhere. At a kink (``t_i`` exactly 0 or 1) the
+one-sided derivative of the clipped side is returned (the entry counts as clipped), the same
+convention as ``thre-exp``'s saturated side; the zero matrix when no entry is free.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators.threshold import (
+    _fill_saturated,
+    _saturated_rows,
+    threshold_jacobian,
+    threshold_vjp,
+)
+
+_EPS = float(np.finfo(np.float64).eps)
+
+#: Cap on the Newton steps of ``thre-cube`` on its interval (it needs about 6 from the left end).
+CUBE_MAX_ITER = 60
+
+
+def _take(a: FloatArray, idx: np.ndarray) -> FloatArray:
+    """``a[b, idx[b]]`` for every row ``b``."""
+    return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
+
+
+def _g(z: FloatArray, t: FloatArray, power: int) -> FloatArray:
+    """``sum_i clip(z_i - t, 0, 1)^power`` per row (masked entries contribute 0)."""
+    c = np.clip(z - t[:, None], 0.0, 1.0)
+    return (c**power if power != 1 else c).sum(axis=1)
+
+
+def _root_interval(z: FloatArray, k: int, power: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    """``(lo, hi, exact)``: ``lambda`` lies in ``[lo, hi)``; ``exact`` rows have ``lambda = lo``.
+
+    ``lo`` and ``hi`` are consecutive breakpoints (``z_i`` or ``z_i - 1``, sorted descending):
+    ``G(hi) < k <= G(lo)``. The first breakpoint is the row maximum 0, where ``G = 0 < k``.
+    """
+    n_fin = np.isfinite(z).sum(axis=1)
+    bp = -np.sort(-np.concatenate([z, z - 1.0], axis=1), axis=1)  # descending, -inf last
+    lo_idx = np.ones(z.shape[0], dtype=np.int64)  # smallest j with G(bp_j) >= k lies in [1, 2 n_fin - 1]
+    hi_idx = 2 * n_fin - 1
+    rows = np.flatnonzero(lo_idx < hi_idx)
+    while rows.size:
+        mid = (lo_idx[rows] + hi_idx[rows]) // 2
+        below = _g(z[rows], _take(bp[rows], mid), power) < k
+        lo_idx[rows] = np.where(below, mid + 1, lo_idx[rows])
+        hi_idx[rows] = np.where(below, hi_idx[rows], mid)
+        rows = rows[lo_idx[rows] < hi_idx[rows]]
+    lo = _take(bp, lo_idx)
+    hi = _take(bp, lo_idx - 1)
+    exact = _g(z, lo, power) == k
+    return lo, hi, exact
+
+
+def _projection_forward(z: FloatArray, k: int, power: int) -> Forward:
+    """Shared forward of ``thre-clip`` (``power = 1``) and ``thre-cube`` (``power = 3``)."""
+    sat_rows = _saturated_rows(z, k)
+    lo, hi, exact = _root_interval(z, k, power)
+    width = np.where(exact, 0.0, hi - lo)
+    u = z - lo[:, None]  # t = u - delta, delta = lambda - lo in [0, width]
+    mid = 0.5 * width
+    with np.errstate(invalid="ignore"):  # masked entries: -inf compares False
+        free = (u > mid[:, None]) & (u - mid[:, None] < 1.0)
+        n_sat = (u - mid[:, None] >= 1.0).sum(axis=1)
+    n_free = free.sum(axis=1)
+    need = k - n_sat  # mass the free entries carry
+    uf = np.where(free, u, 0.0)
+    if power == 1:
+        with np.errstate(divide="ignore", invalid="ignore"):  # exact rows have no free entry
+            delta = (uf.sum(axis=1) - need) / n_free
+    else:
+        delta = np.zeros_like(lo)
+        active = np.flatnonzero(~exact & (n_free > 0))
+        for _ in range(CUBE_MAX_ITER):
+            if active.size == 0:
+                break
+            s = np.where(free[active], uf[active] - delta[active, None], 0.0)
+            resid = (s**3).sum(axis=1) - need[active]
+            slope = 3.0 * (s * s).sum(axis=1)
+            step = np.divide(resid, slope, out=np.zeros_like(resid), where=slope > 0)
+            cur = delta[active]
+            new = np.minimum(cur + np.maximum(step, 0.0), width[active])
+            delta[active] = new
+            moving = (new - cur) > 2 * _EPS * (1.0 + np.abs(new))
+            active = active[moving]
+    delta = np.clip(np.where(exact | ~np.isfinite(delta), 0.0, delta), 0.0, width)
+    t = u - delta[:, None]
+    c = np.clip(t, 0.0, 1.0)
+    with np.errstate(invalid="ignore"):  # masked entries: t = -inf
+        inside = (t > 0.0) & (t < 1.0)
+    if power == 1:
+        p = c
+        q = 1.0 - c
+        d = np.where(inside, 1.0, 0.0)
+    else:
+        p = c**3
+        q = (1.0 - c) * (1.0 + c + c * c)  # 1 - c^3 without cancellation near c = 1
+        d = np.where(inside, 3.0 * c * c, 0.0)
+    lam = lo + delta
+    _fill_saturated(z, sat_rows, p, q, d, lam)
+    return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
+
+
+def thre_clip_forward(z: FloatArray, k: int) -> Forward:
+    """``p = clip(z - lambda, 0, 1)`` with ``sum p = k``: the Euclidean projection onto ``D(n, k)``.
+
+    Solves ``max_{p in D(n,k)} <p, z> - ||p||^2 / 2``; exact (sorted breakpoints, then a closed
+    form on the root's interval). At ``k = 1`` it is sparsemax.
+
+    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = 1 - p (B, n)``; ``aux["lambda"], aux["d"]``.
+
+    >>> thre_clip_forward(np.array([[0.0, -0.5, -3.0]]), 1).p
+    array([[0.75, 0.25, 0.  ]])
+    """
+    return _projection_forward(z, k, 1)
+
+
+def thre_cube_forward(z: FloatArray, k: int) -> Forward:
+    """``p = clip(z - lambda, 0, 1)^3`` with ``sum p = k``: Sander et al.'s p = 4/3 top-k mask.
+
+    Solves ``max_{p in D(n,k)} <p, z> - (3/4) sum p_i^{4/3}``; exact interval search, then
+    monotone Newton on the root's interval to the ulp level.
+
+    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = 1 - p (B, n)``; ``aux["lambda"], aux["d"]``.
+
+    >>> np.round(thre_cube_forward(np.array([[0.0, -0.5, -3.0]]), 1).p, 4)
+    array([[0.8993, 0.1007, 0.    ]])
+    """
+    return _projection_forward(z, k, 3)
+
+
+def f_clip(t: FloatArray) -> FloatArray:
+    """``clip(t, 0, 1)``, the link of ``thre-clip`` (for references that bisect on lambda)."""
+    return np.clip(t, 0.0, 1.0)
+
+
+def f_cube(t: FloatArray) -> FloatArray:
+    """``clip(t, 0, 1)^3``, the link of ``thre-cube``."""
+    return np.clip(t, 0.0, 1.0) ** 3
+
+
+THRE_CLIP = Implementation(
+    forward=thre_clip_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+)
+THRE_CUBE = Implementation(
+    forward=thre_cube_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+)

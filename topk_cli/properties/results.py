@@ -1,0 +1,175 @@
+"""What the property checks return: cases, verdicts, counterexamples, and their constants."""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from topk_cli.operators._base import FloatArray
+
+#: Property names, in report order (the SPEC's JSON names).
+PROPERTIES: tuple[str, ...] = (
+    "range",
+    "sum",
+    "monotone-weak",
+    "monotone-strict",
+    "shift-invariant",
+    "permutation-equivariant",
+    "hard-limit",
+    "softmax-at-k1",
+    "smooth",
+    "jacobian",
+    "finite",
+)
+
+#: Sizes, spreads and offsets of the default adversarial suite.
+SUITE_SIZES: tuple[int, ...] = (1, 2, 3, 5, 10, 50)
+SUITE_SPREADS: tuple[float, ...] = (1e-3, 1e-1, 1.0, 10.0, 1e3)
+SUITE_OFFSETS: tuple[float, ...] = (0.0, 1e6)
+
+TOL_ABS = 1e-12
+TOL_HARD_LIMIT = 1e-6
+TOL_JACOBIAN = 1e-6
+HARD_LIMIT_TAU_OVER_GAP = 1e-3
+#: Rows whose span in z exceeds this may hold exact values below the float64 range.
+UNDERFLOW_SPAN = 600.0
+_MAX_SMOOTH_CASES = 10
+_MAX_JACOBIAN_CASES = 60
+_FD_STEP = 1e-5
+_SMOOTH_STEP = 4e-2
+#: Refusal codes a pole produces; only these are probed for one (see ``_pole_probe``).
+_POLE_CODES = frozenset({"inf", "ill-conditioned"})
+_POLE_GRID = 2.0 ** np.arange(-30, 3)  # distances (units of tau) at which a refused stretch ends
+_POLE_GROWTH = 1.5
+_POLE_EDGE = 2.0
+_POLE_HUGE = 1e3
+_RAY_POINTS = 64
+#: At most this many suite cases refused with a pole code join the smoothness cases.
+_MAX_REFUSED_SMOOTH_CASES = 4
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input of a check: the vector ``x``, ``k`` and the temperature ``tau``."""
+
+    x: tuple[float, ...]
+    k: int
+    tau: float = 1.0
+    label: str = ""
+
+    @property
+    def array(self) -> FloatArray:
+        """``x`` as a float64 array."""
+        return np.asarray(self.x, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A concrete (shrunk) input on which a property fails, ready to paste."""
+
+    method: str
+    x: tuple[float, ...]
+    k: int
+    tau: float
+    detail: str
+
+    @property
+    def command(self) -> str:
+        """The ``softtopk compute`` command that shows the failure."""
+        values = ",".join(_fmt(v) for v in self.x)
+        return f"softtopk compute -m {self.method} -k {self.k} --tau {_fmt(self.tau)} --values={values}"
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-able form (the ``counterexample`` object of the SPEC)."""
+        return {
+            "x": list(self.x), "k": self.k, "tau": self.tau, "detail": self.detail, "command": self.command,
+        }
+
+
+@dataclass(frozen=True)
+class PropertyResult:
+    """The measured verdict of one method on one property.
+
+    ``holds`` is None when no case was applicable (e.g. ``softmax-at-k1`` without ``k = 1``);
+    ``expected`` is the registry's claim; ``worst`` the largest violation measured (0 when it
+    holds exactly; None when nothing was measured); ``checked``/``skipped``/``violations`` count
+    cases; ``smoothness`` is the measured class (``smooth`` only); ``within_stderr`` is set for a
+    Monte-Carlo method: violations were judged beyond that many standard errors of its estimate.
+    """
+
+    method: str
+    property: str
+    expected: bool
+    holds: bool | None
+    worst: float | None
+    counterexample: Counterexample | None
+    checked: int
+    skipped: int = 0
+    violations: int = 0
+    detail: str = ""
+    smoothness: str | None = None
+    expected_smoothness: str | None = None
+    within_stderr: float | None = None
+
+    @builtins.property  # the field 'property' shadows the builtin in this class body
+    def agrees(self) -> bool:
+        """True unless the measurement contradicts the claim (not applicable agrees)."""
+        if self.holds is None:
+            return True
+        if self.holds != self.expected:
+            return False
+        return self.smoothness is None or self.smoothness == self.expected_smoothness
+
+    @builtins.property  # the field 'property' shadows the builtin in this class body
+    def claim_violated(self) -> bool:
+        """A property the method claims was measured to fail (``--strict`` exits 1)."""
+        return self.expected and self.holds is False
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Everything ``verify-properties`` measured: one result per (method, property)."""
+
+    methods: tuple[str, ...]
+    properties: tuple[str, ...]
+    cases: int
+    results: tuple[PropertyResult, ...]
+    source: str = "suite"
+    seed: int | None = None
+    trials: int | None = None
+
+    @property
+    def disagreements(self) -> tuple[PropertyResult, ...]:
+        """Results where the measurement contradicts the registry's claim."""
+        return tuple(r for r in self.results if not r.agrees)
+
+    @property
+    def claim_failures(self) -> tuple[PropertyResult, ...]:
+        """Claimed properties measured to fail."""
+        return tuple(r for r in self.results if r.claim_violated)
+
+
+@dataclass(frozen=True)
+class _Measure:
+    """Violation of one case: ``value`` (0 = fine), whether the method failed, a sentence."""
+
+    value: float
+    failed: bool = False
+    detail: str = ""
+    tau: float | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+    slack: float = 0.0  # a Monte-Carlo method's allowance: MONTE_CARLO_STDERRS standard errors, in units of value
+
+
+def _fmt(v: float) -> str:
+    """Shortest text that reads back as the same float64 (``2`` for 2.0)."""
+    text = repr(float(v))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _vec(a: ArrayLike, digits: int = 4) -> str:
+    arr = np.asarray(a, dtype=np.float64)
+    return "[" + ", ".join(f"{float(v):.{digits}g}" for v in arr) + "]"

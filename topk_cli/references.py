@@ -1,0 +1,218 @@
+"""Independent references of the operators, computed another way than the operators themselves.
+
+``stability-probe`` measures each method against the reference its registry entry names
+(:attr:`topk_cli.registry.MethodSpec.probe`). A reference is a function
+``reference(z, k, ctx) -> (weights, trusted)`` on a prepared ``(B, n)`` batch ``z`` (see
+``topk_cli.operators._base``): ``weights`` ``(B, n)`` and the rows where the reference itself is
+accurate enough to judge the method. ``ctx`` (:class:`ReferenceContext`) shares work between
+references on the same batch (the log-space tables of GradTopK serve every ``k``).
+
+The builders here are generic: :func:`threshold_bisection` (any ``p = f(z - lambda)``),
+:func:`extended_precision` (a definition run in ``np.longdouble``) and :func:`grad_reference`
+(an exact log-space program, independent of ``topk_cli.operators.gradtopk``).
+
+Axis convention: the last axis holds the ``n`` scores; leading axes are a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from topk_cli.operators._base import FloatArray
+from topk_cli.operators._logspace import logsumexp
+
+LongArray = NDArray[np.longdouble]
+BoolArray = NDArray[np.bool_]
+
+
+# ---------------------------------------------------------------------------------------------
+# exact log-space program for GradTopK at every level
+
+
+@dataclass(frozen=True)
+class EspTables:
+    """Log elementary symmetric polynomials of ``w = exp(z)`` for rows sorted decreasingly."""
+
+    s: LongArray  # (B, n) sorted scores, decreasing
+    order: NDArray[np.intp]  # (B, n) original index of each sorted position
+    prefix: LongArray  # (m + 1, B, K + 1): log e_j(w_1..w_i), i = 0..m
+    suffix: LongArray  # (n + 1, B, K + 1): log e_j(w_{i+1}..w_n), i = 0..n (all i)
+    total: LongArray  # (B, K + 1): log e_j(w)
+    memo: dict[int, FloatArray] = field(default_factory=dict)  # reference weights by k
+
+
+def esp_tables(z: FloatArray, kmax: int, prefix_len: int) -> EspTables:
+    """Forward (first ``prefix_len`` positions) and backward log-space tables up to degree ``kmax``."""
+    order = np.argsort(-z, axis=-1, kind="stable")
+    # extended precision (where the platform has it): logs of e_j reach |k * spread|, and
+    # differences of such logs lose their magnitude's worth of float64 digits
+    s = np.take_along_axis(z, order, axis=-1).astype(np.longdouble)
+    rows, n = s.shape
+    empty = np.full((rows, kmax + 1), -np.inf, dtype=np.longdouble)
+    empty[:, 0] = 0.0
+    suffix = np.empty((n + 1, rows, kmax + 1), dtype=np.longdouble)
+    suffix[n] = empty
+    # logaddexp(-inf, -inf) is -inf: empty sums of masked entries are exact
+    for i in range(n - 1, -1, -1):
+        suffix[i, :, 0] = 0.0
+        suffix[i, :, 1:] = np.logaddexp(suffix[i + 1, :, 1:], s[:, i, None] + suffix[i + 1, :, :-1])
+    prefix = np.empty((prefix_len + 1, rows, kmax + 1), dtype=np.longdouble)
+    prefix[0] = empty
+    for i in range(prefix_len):
+        prefix[i + 1, :, 0] = 0.0
+        prefix[i + 1, :, 1:] = np.logaddexp(prefix[i, :, 1:], s[:, i, None] + prefix[i, :, :-1])
+    return EspTables(s=s, order=order, prefix=prefix, suffix=suffix, total=suffix[0])
+
+
+def esp_weights(tab: EspTables, k: int) -> FloatArray:
+    """GradTopK ``p_i = w_i e_{k-1}(w_-i) / e_k(w)`` from the tables (full prefix, degree >= k)."""
+    if k in tab.memo:
+        return tab.memo[k]
+    rows, n = tab.s.shape
+    if k == n:
+        return tab.memo.setdefault(k, np.ones((rows, n)))
+    # log e_{k-1}(w without i), all i: (n, B)
+    loo = logsumexp(
+        np.stack([tab.prefix[:n, :, j] + tab.suffix[1:, :, k - 1 - j] for j in range(k)], axis=-1), axis=-1
+    )
+    with np.errstate(invalid="ignore"):  # masked entries: -inf + finite is -inf, exp gives 0
+        p_sorted = np.exp(tab.s + loo.T - tab.total[:, k, None]).astype(np.float64)
+    p = np.empty_like(p_sorted)
+    np.put_along_axis(p, tab.order, np.minimum(p_sorted, 1.0), axis=-1)
+    return tab.memo.setdefault(k, p)
+
+
+class ReferenceContext:
+    """Work shared by the references evaluated on one batch ``z`` (every ``k`` up to ``kmax``).
+
+    The GradTopK tables cost O(n kmax) per row and are built once, on first use.
+    """
+
+    def __init__(self, z: FloatArray, kmax: int) -> None:
+        self.z = z
+        self.kmax = max(int(kmax), 1)
+        self._esp: EspTables | None = None
+
+    def esp(self) -> EspTables:
+        """Full log-space tables of ``exp(z)`` up to degree ``kmax``."""
+        if self._esp is None:
+            self._esp = esp_tables(self.z, self.kmax, self.z.shape[1])
+        return self._esp
+
+
+ReferenceFn = Callable[[FloatArray, int, ReferenceContext], tuple[FloatArray, BoolArray]]
+
+
+def grad_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
+    """GradTopK by an exact log-space forward/backward program in extended precision (every row trusted)."""
+    tab = ctx.esp() if ctx.z is z and k <= ctx.kmax else esp_tables(z, k, z.shape[1])
+    return esp_weights(tab, k), np.ones(z.shape[0], dtype=bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# threshold operators: bisection on lambda
+
+
+def threshold_bisection(f: Callable[[FloatArray], FloatArray]) -> ReferenceFn:
+    """Reference of ``p = f(z - lambda)``, ``sum p = k``, by bisection on lambda until the bracket stalls.
+
+    ``f`` must be nondecreasing with ``f(t) ~ 1`` for ``t >= 40`` and ``n f(-log n - 1) < 1``
+    (true of exp, sigmoid, the Laplace CDF and clipped powers). Rows are trusted where float64
+    resolves lambda to 1e-11 (|lambda| below ~1e4), since ``f(z_i - lambda)`` cannot be more
+    accurate than the spacing of floats there.
+    """
+
+    def reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
+        n = z.shape[1]
+        if k == n:
+            return np.ones_like(z), np.ones(z.shape[0], dtype=bool)
+        lo = np.min(np.where(np.isfinite(z), z, np.inf), axis=-1) - math.log(n) - 40.0  # sum f > k
+        hi = np.max(z, axis=-1) + math.log(n) + 1.0  # sum f < 1 <= k
+        for _ in range(2200):  # stops when every bracket is two adjacent floats (~64 halvings)
+            mid = 0.5 * (lo + hi)
+            moving = (mid > lo) & (mid < hi)
+            if not moving.any():
+                break
+            total = np.sum(f(z - mid[:, None]), axis=-1)
+            above = total > k
+            lo = np.where(moving & above, mid, lo)
+            hi = np.where(moving & ~above, mid, hi)
+        lam = 0.5 * (lo + hi)
+        return f(z - lam[:, None]), np.spacing(np.abs(lam)) <= 1e-11
+
+    return reference
+
+
+def f_exp(t: FloatArray) -> FloatArray:
+    """``min(1, e^t)``."""
+    return np.exp(np.minimum(t, 0.0))
+
+
+def f_sigmoid(t: FloatArray) -> FloatArray:
+    """The logistic sigmoid, without overflow."""
+    e = np.exp(-np.abs(t))
+    return np.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def f_laplace(t: FloatArray) -> FloatArray:
+    """The Laplace CDF ``1 - e^{-t}/2`` (t >= 0), ``e^t/2`` (t < 0)."""
+    half = 0.5 * np.exp(-np.abs(t))
+    return np.where(t >= 0, 1.0 - half, half)
+
+
+# ---------------------------------------------------------------------------------------------
+# sequential operators: the definition in extended precision
+
+#: A definition on ``np.longdouble`` rows ``(B, n)`` (max 0, masked -inf) and ``k``: returns the
+#: weights after each of the k steps, one array per step.
+Definition = Callable[[LongArray, int], list[LongArray]]
+
+
+def extended_precision(definition: Definition) -> ReferenceFn:
+    """Reference running ``definition`` in ``np.longdouble``; rows trusted where ``1 - p`` stays above 1e-6.
+
+    ``1 - p`` near 0 amplifies rounding errors of the extended type too, so such rows (and rows
+    that became NaN) are not used to judge the method.
+    """
+
+    def reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
+        zl = z.astype(np.longdouble)
+        trusted = np.ones(z.shape[0], dtype=bool)
+        with np.errstate(invalid="ignore", over="ignore"):  # rows that saturate become NaN: untrusted
+            steps = definition(zl, k)
+            for p in steps:
+                trusted &= np.min(np.abs(1 - p), axis=-1) > 1e-6
+            p = steps[-1]
+            return p.astype(np.float64), trusted & np.isfinite(p).all(axis=-1)
+
+    return reference
+
+
+def iterative_definition(zl: LongArray, k: int) -> list[LongArray]:
+    """Su's soft-k-max: ``z <- z - min z``; k times ``p <- p + softmax((1 - p) z)``."""
+    d = zl - np.min(zl, axis=-1, keepdims=True)
+    p = np.zeros_like(zl)
+    out = []
+    for _ in range(k):
+        a = (1 - p) * d
+        e = np.exp(a - np.max(a, axis=-1, keepdims=True))
+        p = p + e / np.sum(e, axis=-1, keepdims=True)
+        out.append(p)
+    return out
+
+
+def weighted_softmax_definition(zl: LongArray, k: int) -> list[LongArray]:
+    """k times ``w = 1 - p``, ``p <- p + w e^z / sum(w e^z)``."""
+    e = np.exp(zl)  # z <= 0: no overflow
+    p = np.zeros_like(zl)
+    out = []
+    for _ in range(k):
+        w = (1 - p) * e
+        p = p + w / np.sum(w, axis=-1, keepdims=True)
+        out.append(p)
+    return out
