@@ -311,9 +311,16 @@ def test_bad_probe_arguments_are_invalid_argument_errors(kwargs, match):
 
 
 def test_a_grid_too_large_for_memory_is_refused_with_its_size():
-    # the recursion's outlook needs (2k, trials, k, k) terms: ~40 GiB at n = 1000, k = 500, 20 trials
-    with pytest.raises(InvalidArgumentError, match=r"n=1000, k up to 500 and 20 trials need about \d+(\.\d+)? GiB"):
-        stability_probe(methods=["grad-recursive"], ns=[1000], ks=["0.5n"], scales=[1.0], trials=20)
+    # the GradTopK reference tables are (n + 1, trials, k + 1) extended floats: ~120 GiB here
+    with pytest.raises(InvalidArgumentError, match=r"n=20000, k up to 10000 and 20 trials need about \d+(\.\d+)? GiB"):
+        stability_probe(methods=["grad-recursive"], ns=[20000], ks=["0.5n"], scales=[1.0], trials=20)
+
+
+def test_the_recursion_outlook_works_in_o_n_k_memory():
+    # its leave-one-out tables were (2k, trials, k, k): 5.9 GiB for one vector at n = 1000, k = 500
+    from topk_cli.analysis.probe import probe_memory
+
+    assert probe_memory(["grad-recursive"], 1000, 500, 1) < 64 * 1024**2
     with pytest.raises(InvalidArgumentError, match="GiB"):
         stability_probe(methods=["thre-exp"], ns=[5], ks=[2], scales=[1.0], trials=10**9)
     assert probe_memory(["grad", "thre-exp"], 1000, 50, 20) < MAX_PROBE_BYTES  # the default grid fits

@@ -69,15 +69,14 @@ class RecursionOutlook:
 def _loo(prefix: FloatArray, suffix: FloatArray, degree: int) -> FloatArray:
     """``log e_j(w without entry i)`` for ``j = 0..degree``: ``(m, B, degree + 1)``.
 
-    ``prefix[i]`` and ``suffix[i]`` are the tables before and after entry ``i`` (``(m, B, K+1)``).
+    ``prefix[i]`` and ``suffix[i]`` are the tables before and after entry ``i`` (``(m, B, K+1)``):
+    ``e_j(w_-i) = sum_{l <= j} e_l(before i) e_{j-l}(after i)``. One degree at a time, so the
+    working memory is O(m B degree), not O(m B degree^2) (5.9 GiB at n = 1000, k = 500).
     """
-    j = np.arange(degree + 1)[:, None]
-    l_idx = np.arange(degree + 1)[None, :]
-    valid = l_idx <= j
-    other = np.where(valid, j - l_idx, 0)
-    terms = prefix[..., None, : degree + 1] + suffix[..., other]  # (m, B, degree+1, degree+1)
-    terms = np.where(valid, terms, -np.inf)
-    return logsumexp(terms, axis=-1)
+    out = np.empty((*prefix.shape[:2], degree + 1))
+    for j in range(degree + 1):
+        out[..., j] = logsumexp(prefix[..., : j + 1] + suffix[..., j::-1], axis=-1)
+    return out
 
 
 def outlook_from_tables(tab: EspTables, k: int) -> RecursionOutlook:

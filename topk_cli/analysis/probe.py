@@ -408,14 +408,14 @@ def _is_real(value: object) -> bool:
 def probe_memory(names: Sequence[str], n: int, kmax: int, trials: int) -> int:
     """Bytes the probe itself holds for one (n, scale) unit: draws, the log-space tables of the
     GradTopK reference (two ``(n + 1, trials, kmax + 1)`` extended-precision tables, when a
-    selected method uses them) and a stability model's outlook (``(2k, trials, k, k)`` terms).
+    selected method uses them) and a stability model's outlook (a few ``(2k, trials, k)`` arrays).
     Methods need their own working memory on top (for the sequential ones ~ ``trials k n``)."""
     total = 6 * trials * n * 8  # draws, x, z, weights, reference, differences
     specs = [get_method(name) for name in names]
     if any(spec.probe.compute is not None or spec.stability is not None for spec in specs):
         total += 2 * (n + 1) * trials * (kmax + 1) * 16
     if any(spec.stability is not None for spec in specs):
-        total += 2 * min(n, 2 * kmax) * trials * kmax * kmax * 8
+        total += 6 * min(n, 2 * kmax) * trials * (kmax + 1) * 8
     return total
 
 
