@@ -318,8 +318,6 @@ def test_a_grid_too_large_for_memory_is_refused_with_its_size():
 
 def test_the_recursion_outlook_works_in_o_n_k_memory():
     # its leave-one-out tables were (2k, trials, k, k): 5.9 GiB for one vector at n = 1000, k = 500
-    from topk_cli.analysis.probe import probe_memory
-
     assert probe_memory(["grad-recursive"], 1000, 500, 1) < 64 * 1024**2
     with pytest.raises(InvalidArgumentError, match="GiB"):
         stability_probe(methods=["thre-exp"], ns=[5], ks=[2], scales=[1.0], trials=10**9)
