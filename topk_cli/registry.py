@@ -585,7 +585,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             ParamSpec("samples", int, DEFAULT_SAMPLES, "Monte Carlo samples (even: antithetic pairs)", minimum=4, maximum=10_000_000),
             ParamSpec("seed", int, DEFAULT_SEED, "seed of the Gaussian noise", minimum=0),
         ),
-        probe=ProbeReference("none: a Monte Carlo estimate, judged by its standard errors"),
+        probe=ProbeReference("none: no exact value is computed"),
     ),
     MethodSpec(
         name="topk-softmax",
