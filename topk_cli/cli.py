@@ -65,6 +65,15 @@ OutputOpt = Annotated[
     Optional[Path], typer.Option("-o", "--output", help="Write to this file (atomically) instead of stdout.", show_default=False)
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random generator (results are deterministic).")]
+JobsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--jobs", "-j",
+        help="Processes the grid is spread over (default: the cores available; 1 runs in-process). "
+        "Results are identical for every value.",
+        show_default=False,
+    ),
+]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when a failure is found (for CI).")]
 HardnessOpt = Annotated[
     Optional[float],
@@ -119,6 +128,13 @@ def color_enabled(stream: object = None) -> bool:
 def stderr_is_terminal() -> bool:
     """Progress bars go to stderr, and only when it is a terminal."""
     return sys.stderr.isatty()
+
+
+def resolve_jobs(jobs: int | None) -> int:
+    """``--jobs``: the given count (>= 1), or the cores this process may use."""
+    from topk_cli.analysis.parallel import available_cores, check_jobs
+
+    return available_cores() if jobs is None else check_jobs(jobs)
 
 
 def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]:
@@ -280,6 +296,7 @@ def verify_properties_command(
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a property a method claims fails.")] = False,
+    jobs: JobsOpt = None,
 ) -> None:
     """Measure range, sum, monotonicity, invariances, limits, smoothness, Jacobian and finiteness.
 
@@ -300,7 +317,9 @@ def verify_properties_command(
         vectors = read_vectors(input, values, column, input_format).values
     names = resolve_methods(method, default=["all"])
     with ProgressReporter("verify-properties", enabled=stderr_is_terminal()) as progress:
-        report = verify_properties(names, vectors, k, tau=tau, trials=trials, seed=seed, progress=progress)
+        report = verify_properties(
+            names, vectors, k, tau=tau, trials=trials, seed=seed, progress=progress, jobs=resolve_jobs(jobs)
+        )
     write_text(render_properties(report, fmt, color=color_enabled() and output is None, k=k), output)
     if strict and report.claim_failures:
         for r in report.claim_failures:
@@ -399,6 +418,7 @@ def stability_probe_command(
     strict: StrictOpt = False,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
+    jobs: JobsOpt = None,
 ) -> None:
     """Map where each operator fails numerically over a grid of n, k and input spread.
 
@@ -420,7 +440,7 @@ def stability_probe_command(
     with ProgressReporter("stability-probe", enabled=stderr_is_terminal()) as progress:
         report = stability_probe(
             methods=names, ns=ns, ks=ks, scales=parse_scales(scales), dist=dist, offset=offset,
-            trials=trials, seed=seed, tau=tau, tolerance=tolerance, progress=progress,
+            trials=trials, seed=seed, tau=tau, tolerance=tolerance, progress=progress, jobs=resolve_jobs(jobs),
         )
     write_text(render_probe(report, fmt, color=color_enabled() and output is None), output)
     if strict and report.failed:
