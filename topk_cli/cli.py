@@ -12,17 +12,19 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 
 from topk_cli import __version__
-from topk_cli.api import DEFAULT_METHOD
 from topk_cli.errors import InputError, SoftTopKError, UnknownMethodError
-from topk_cli.inputs import LoadedInput, load_input
 from topk_cli.output import write_bytes, write_text
-from topk_cli.registry import METHODS, lookup
 from topk_cli.render.common import OutputFormat
+
+if TYPE_CHECKING:
+    from topk_cli.inputs import LoadedInput
+# numpy, the operators and the registry are imported inside the commands that use them, so
+# parsing the arguments (and --version, --help) stays about as fast as starting Python.
 
 app = typer.Typer(
     name="softtopk",
@@ -147,6 +149,8 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
         UnknownMethodError: a name not in the registry (the message suggests the closest name
             and lists the valid ones).
     """
+    from topk_cli.registry import METHODS, lookup
+
     requested = [part.strip() for name in (names or []) for part in name.split(",") if part.strip()]
     if not requested:
         requested = list(default)
@@ -172,6 +176,8 @@ def read_vectors(
         raise InputError("give either INPUT or --values, not both")
     if input is None and values is None:
         raise InputError("no input: give a file (or '-' for stdin) or --values 3,2,1,4")
+    from topk_cli.inputs import load_input
+
     return load_input(input, values=values, column=column, input_format=input_format)
 
 
@@ -245,6 +251,7 @@ def compute(
     --max-iter and --tol go to the selected methods that take them ('softtopk methods' lists
     each method's parameters); naming one that no selected method takes is an error.
     """
+    from topk_cli.api import DEFAULT_METHOD
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_warnings, render_compute
 
