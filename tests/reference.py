@@ -60,6 +60,23 @@ def _split(x: Sequence[Any], tau: Any) -> tuple[list[Any], list[int], int]:
     return [(vals[i] - top) / t for i in idx], idx, len(vals)
 
 
+def _dps(x: Sequence[Any], tau: Any, dps: int) -> int:
+    """``dps`` plus the decimal magnitude of the largest ``|z|``, ``z = (x - max x) / tau``.
+
+    ``z`` enters exponents, so an absolute error ``10**-dps * |z|`` of ``z`` is a relative error
+    of that size in ``e^z``: at ``|z| >= 1e17`` and 30 digits the reference would be wrong in the
+    14th digit and call a correct row wrong. Raising the precision by ``log10 max |z|`` digits
+    keeps ``dps`` digits in every weight whatever the magnitude of the input.
+    """
+    with mp.workdps(30):
+        vals = [mpf(v) for v in x if mpf(v) not in (mpmath.ninf, mpmath.inf) and not mpmath.isnan(mpf(v))]
+        if not vals:
+            return dps
+        top, low = max(vals), min(vals)
+        big = max(abs(top - low) / abs(mpf(tau)), abs(top) / abs(mpf(tau)), mpf(1))
+        return dps + int(mpmath.ceil(mpmath.log10(big)))
+
+
 def _scatter(values: Sequence[Any], idx: Sequence[int], n: int) -> list[Any]:
     out = [mpf(0)] * n
     for i, v in zip(idx, values, strict=True):
@@ -106,6 +123,7 @@ def _softmax(a: Sequence[Any]) -> list[Any]:
 
 def iterative(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> list[Any]:
     """Su (2019): ``z <- z - min z``; k times ``p <- p + softmax((1 - p) z)`` (direct recurrence)."""
+    dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
         _check_k(k, len(z))
@@ -169,6 +187,7 @@ def weighted_softmax_with_complement(
     Raises:
         RuntimeError: no agreement below ``max_dps`` digits.
     """
+    dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
         _check_k(k, len(z))
@@ -232,6 +251,7 @@ def _subset_weights(z: Sequence[Any], k: int) -> tuple[list[tuple[int, ...]], li
 
 def grad_enumerate(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> list[Any]:
     """GradTopK marginals ``P(i in S)``, ``P(S) ∝ exp(sum_{i in S} z_i)``, by enumerating subsets."""
+    dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
         _check_k(k, len(z))
@@ -276,6 +296,7 @@ def grad_with_complement_esp(
     x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS
 ) -> tuple[list[Any], list[Any]]:
     """``(p, 1 - p)`` of GradTopK, the smaller of the two computed directly (relative accuracy)."""
+    dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
         m = len(z)
@@ -461,7 +482,11 @@ def threshold_lambda(z: Sequence[Any], k: int, method: str) -> Any:
             break
         new = lam + val / slope if slope > 0 else (lo + hi) / 2
         # safeguard (rtsafe): bisect when Newton leaves the bracket or |g| stalls (kinks)
-        if lo < new < hi and abs(new - lam) * max(slopes) <= eps / 16:
+        # (only a genuine Newton step: where every f' is 0, e.g. all of thre-exp's entries
+        # saturated, the fallback midpoint is no evidence of convergence; nor is a step across
+        # the kink of thre-exp at some z_i, where f' jumps and the slopes at lam say nothing)
+        if (slope > 0 and lo < new < hi and abs(new - lam) * max(slopes) <= eps / 16
+                and not any(min(lam, new) <= v <= max(lam, new) for v in z)):
             lam = new  # a converged Newton step: the error is below the step's size
             break
         if not lo < new < hi or (last is not None and abs(val) > abs(last) / 2):
@@ -479,6 +504,7 @@ def threshold_lambda(z: Sequence[Any], k: int, method: str) -> Any:
 def threshold(x: Sequence[Any], k: int, tau: Any = 1.0, *, method: str, dps: int = DPS) -> list[Any]:
     """``p = f(z - lambda)`` with ``sum p = k``; all ones when ``k`` equals the unmasked count."""
     f, _ = THRESHOLD_F[method]
+    dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
         _check_k(k, len(z))
@@ -534,6 +560,7 @@ def jacobian_threshold(
 ) -> list[list[Any]]:
     """Implicit-function Jacobian ``(diag(d) - d d^T / sum d) / tau``, ``d_i = f'(z_i - lambda)``."""
     _, df = THRESHOLD_F[method]
+    dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
         _check_k(k, len(z))
@@ -552,6 +579,7 @@ def jacobian_threshold(
 
 def jacobian_grad_enumerate(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> list[list[Any]]:
     """GradTopK Jacobian as the subset covariance ``(P(i, j in S) - p_i p_j) / tau`` (n <= 12)."""
+    dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
         m = len(z)

@@ -1,6 +1,6 @@
 """Accuracy of every method against the independent mpmath reference (``tests/reference.py``).
 
-The adversarial case set (issue 2): n in {1, 2, 5, 50, 1000}; k in {1, 2, n//2, n-1, n};
+The adversarial case set: n in {1, 2, 5, 50, 1000}; k in {1, 2, n//2, n-1, n};
 spreads 1e-6 .. 1e3; offsets 0 and 1e6; random vectors, exact ties and near-ties (a few ulps
 to 1e-10 of the spread apart); tau in {1e-3, 0.1, 1, 100}. The full cross product runs for
 n <= 5; n = 50 and n = 1000 run a deliberate subset (the mpmath reference costs O(n) per

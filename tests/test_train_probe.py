@@ -18,6 +18,10 @@ from topk_cli.analysis.train_probe.training import backward
 from topk_cli.render.train_probe import TIMING_KEYS, train_probe_document
 
 SMOOTH = [name for name, spec in st.METHODS.items() if spec.family != "baseline"]
+#: Methods whose backward pass is the derivative of their forward pass. A Monte-Carlo estimate is
+#: piecewise constant in theta (finite differences give 0); its gradient is an unbiased estimator of
+#: the expectation's derivative instead, which the gradient check measures.
+DIFFERENTIABLE = [name for name in SMOOTH if not st.METHODS[name].capabilities.monte_carlo]
 #: Exact monotone operators, picked by their measured guarantees (not by name).
 EXACT = [
     name for name, spec in st.METHODS.items()
@@ -53,7 +57,7 @@ def _mean_loss(task_name: str, theta: np.ndarray, inst: dict[str, np.ndarray], m
 
 
 @pytest.mark.parametrize("task_name", list(TASKS))
-@pytest.mark.parametrize("method", SMOOTH)
+@pytest.mark.parametrize("method", DIFFERENTIABLE)
 def test_backprop_matches_finite_differences(task_name: str, method: str) -> None:
     inst, theta = _instances(task_name, 6)
     tau = 1.0

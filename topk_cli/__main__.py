@@ -1,5 +1,11 @@
 """``python -m topk_cli`` runs the ``softtopk`` command."""
 
-from topk_cli.cli import main
+import sys
+
+try:
+    from topk_cli.cli import main
+except KeyboardInterrupt:  # interrupted while importing: still one line, exit 130
+    sys.stderr.write("softtopk: interrupted\n")
+    sys.exit(130)
 
 main()

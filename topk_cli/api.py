@@ -300,10 +300,12 @@ def jacobian(
            [-0.125,  0.125]])
     """
     prep = _prepare(x, k, method, tau, params)
+    n = prep.shape[-1]
+    if prep.z.shape[0] == 0:  # an empty batch has an empty Jacobian, whatever the method
+        return np.zeros((*prep.shape, n), dtype=prep.out_dtype)
     fwd = _checked_forward(prep)
     with np.errstate(all="ignore"):
         jac = prep.impl.jacobian(fwd, prep.z, prep.k) / prep.tau
-    n = prep.shape[-1]
     return jac.reshape((*prep.shape, n)).astype(prep.out_dtype)
 
 
@@ -327,6 +329,8 @@ def vjp(
     v2 = v_arr.astype(np.float64).reshape(prep.z.shape)
     if not np.isfinite(v2).all():
         raise InvalidArgumentError("v must be finite (no NaN or inf)")
+    if prep.z.shape[0] == 0:  # an empty batch has an empty product, whatever the method
+        return np.zeros(prep.shape, dtype=prep.out_dtype)
     fwd = _checked_forward(prep)
     with np.errstate(all="ignore"):
         out = prep.impl.vjp(fwd, prep.z, prep.k, v2) / prep.tau

@@ -10,16 +10,102 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from topk_cli import __version__
 from topk_cli.errors import InputError, SoftTopKError, UnknownMethodError
 from topk_cli.output import write_bytes, write_text
-from topk_cli.render.common import OutputFormat
+from topk_cli.render.common import FIT_WIDTH, OutputFormat, terminal_width
+
+
+class SoftTopKGroup(TyperGroup):
+    """The command group, run so that nothing but one line ever reaches a user on failure.
+
+    Usage errors (``-k abc``, ``--format xml``, a missing ``-k``, an unknown option) become
+    ``softtopk: error: ...`` and exit 2 instead of Click's usage block; an interrupt prints
+    ``softtopk: interrupted`` and exits 130; an output that cannot be written (full disk, full
+    or closed stdout) is one line and exit 2; library warnings are silenced. It holds for the
+    console script, ``python -m topk_cli`` and ``CliRunner`` alike (they all call ``main``).
+    """
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        code = _run_group(lambda: super(SoftTopKGroup, self).main(
+            args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+            windows_expand_args=windows_expand_args, **extra,
+        ))
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _run_group(run: Callable[[], Any]) -> int:
+    import errno
+    import warnings
+
+    from typer import Abort
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
+    def fail(message: str, code: int = 2) -> int:
+        try:
+            sys.stderr.write(f"softtopk: {message}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        return code
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = run()
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except NoArgsIsHelpError as exc:
+        exc.show()
+        return exc.exit_code
+    except ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        see = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        return fail(f"error: {' '.join(exc.format_message().split())}{see}", 2)
+    except (Abort, KeyboardInterrupt):
+        return fail("interrupted", 130)
+    except SystemExit as exc:  # SIGTERM (see main), after the temporary files were removed
+        if exc.code == 143:
+            return fail("terminated", 143)
+        raise
+    except OSError as exc:
+        _silence_stdout()
+        if exc.errno == errno.EPIPE:
+            return 1  # the reader went away (e.g. '| head'): nothing to report
+        return fail(f"error: cannot write the output: {exc.strerror or exc}", 2)
+    except MemoryError:
+        return fail("error: out of memory (try a smaller input or grid)", 2)
+    except Exception as exc:  # a bug: still one line, never a traceback
+        return fail(f"error: internal error ({type(exc).__name__}: {exc}); please report it", 2)
+    if result == 130:
+        return fail("interrupted", 130)
+    return int(result or 0)
+
+
+def _silence_stdout() -> None:
+    """After a failed write, point stdout at /dev/null so the exit-time flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 if TYPE_CHECKING:
     from topk_cli.inputs import LoadedInput
@@ -27,6 +113,7 @@ if TYPE_CHECKING:
 # parsing the arguments (and --version, --help) stays about as fast as starting Python.
 
 app = typer.Typer(
+    cls=SoftTopKGroup,
     name="softtopk",
     help=(
         "Compute, compare and stress-test smooth top-k operators.\n\n"
@@ -42,19 +129,40 @@ app = typer.Typer(
 # ---- options shared by every command (same flag, same meaning) ------------------------------
 
 InputArg = Annotated[
-    Optional[str],
-    typer.Argument(help="Input file (.csv, .json, .npy) or '-' for stdin. Omit when using --values.", show_default=False),
+    Optional[list[str]],
+    typer.Argument(
+        help="Input files (.csv, .tsv, .json, .jsonl, .npy) or '-' for stdin. Omit when using --values.",
+        show_default=False,
+    ),
 ]
 ValuesOpt = Annotated[
     Optional[str],
     typer.Option("--values", help="Inline vector instead of INPUT, e.g. --values 3,2,1,4.", show_default=False),
 ]
 ColumnOpt = Annotated[
-    Optional[str], typer.Option("--column", help="Use this CSV column as the single vector.", show_default=False)
+    Optional[str], typer.Option("--column", help="Use this table column as the single vector.", show_default=False)
 ]
 InputFormatOpt = Annotated[
     Optional[str],
-    typer.Option("--input-format", help="Override the format guessed from the suffix: csv, json or npy.", show_default=False),
+    typer.Option(
+        "--input-format", help="Override the format guessed from the suffix: csv, tsv, json, jsonl or npy.",
+        show_default=False,
+    ),
+]
+IndexColOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--index-col", help="Row-name column, by name or 0-based position as in pandas; 'none': no row names.",
+        show_default=False,
+    ),
+]
+SepOpt = Annotated[
+    Optional[str],
+    typer.Option("--sep", help="CSV separator (default: sniffed among ',', ';' and tab; '\\t' = tab).", show_default=False),
+]
+DecimalOpt = Annotated[
+    Optional[str],
+    typer.Option("--decimal", help="Decimal mark of CSV numbers (default '.'; ',' is sniffed in ';' files).", show_default=False),
 ]
 MethodOpt = Annotated[
     Optional[list[str]],
@@ -66,7 +174,9 @@ FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="Output format
 OutputOpt = Annotated[
     Optional[Path], typer.Option("-o", "--output", help="Write to this file (atomically) instead of stdout.", show_default=False)
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the random generator (results are deterministic).")]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Seed of the random generator, >= 0 (results are deterministic).")
+]
 JobsOpt = Annotated[
     Optional[int],
     typer.Option(
@@ -107,17 +217,30 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def boundary(func: F) -> F:
-    """Turn library errors (bad input, bad arguments) into one stderr line and exit code 2."""
+    """Turn library errors (bad input, bad arguments) into one stderr line and exit code 2.
+
+    Also sets the table width: the terminal's when the result goes to a terminal, else natural.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        to_terminal = kwargs.get("output") is None and stdout_is_terminal()
+        token = FIT_WIDTH.set(terminal_width() if to_terminal else None)
         try:
             return func(*args, **kwargs)
         except SoftTopKError as exc:
             typer.echo(f"softtopk: error: {exc}", err=True)
             raise typer.Exit(code=2) from None
+        finally:
+            FIT_WIDTH.reset(token)
 
     return wrapper  # type: ignore[return-value]
+
+
+def stdout_is_terminal() -> bool:
+    """Tables fit the terminal only when stdout is one."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def color_enabled(stream: object = None) -> bool:
@@ -165,20 +288,42 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
 
 
 def read_vectors(
-    input: str | None, values: str | None, column: str | None = None, input_format: str | None = None
-) -> LoadedInput:
-    """Load the vectors of INPUT or ``--values`` (exactly one of them) as a 2-D float64 batch.
+    inputs: list[str] | None,
+    values: str | None,
+    column: str | None = None,
+    input_format: str | None = None,
+    index_col: str | None = None,
+    sep: str | None = None,
+    decimal: str | None = None,
+) -> list[LoadedInput]:
+    """Load the vectors of every INPUT, or of ``--values`` (exactly one of them), one per source.
+
+    Every layout choice a reader inferred is announced on stderr (``softtopk: note: ...``).
 
     Raises:
         InputError: both or neither of INPUT and ``--values``; unreadable or invalid input.
     """
-    if input is not None and values is not None:
+    if inputs and values is not None:
         raise InputError("give either INPUT or --values, not both")
-    if input is None and values is None:
+    if not inputs and values is None:
         raise InputError("no input: give a file (or '-' for stdin) or --values 3,2,1,4")
     from topk_cli.inputs import load_input
 
-    return load_input(input, values=values, column=column, input_format=input_format)
+    if inputs and inputs.count("-") > 1:
+        raise InputError("stdin ('-') can be read only once")
+    options = {"column": column, "input_format": input_format, "index_col": index_col, "sep": sep, "decimal": decimal}
+    loaded = [load_input(None, values=values)] if not inputs else [load_input(path, **options) for path in inputs]
+    for data in loaded:
+        for note in data.notes:
+            typer.echo(f"softtopk: note: {data.source}: {note}", err=True)
+    return loaded
+
+
+def one_input(loaded: list[LoadedInput], command: str) -> LoadedInput:
+    """The single source of a command that reads one vector or batch."""
+    if len(loaded) > 1:
+        raise InputError(f"{command} reads one INPUT, got {len(loaded)}: {', '.join(d.source for d in loaded)}")
+    return loaded[0]
 
 
 # ---- commands --------------------------------------------------------------------------------
@@ -216,6 +361,9 @@ def compute(
     values: ValuesOpt = None,
     column: ColumnOpt = None,
     input_format: InputFormatOpt = None,
+    index_col: IndexColOpt = None,
+    sep: SepOpt = None,
+    decimal: DecimalOpt = None,
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
@@ -253,28 +401,36 @@ def compute(
     """
     from topk_cli.api import DEFAULT_METHOD
     from topk_cli.comparison import build_compute_report
-    from topk_cli.render.compute import compute_warnings, render_compute
+    from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
-    data = read_vectors(input, values, column, input_format)
+    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal)
     names = resolve_methods(method, default=[DEFAULT_METHOD])
     given = {"samples": samples, "seed": seed, "max_iter": max_iter, "tol": tol}
     params = {name: value for name, value in given.items() if value is not None}
-    report = build_compute_report(
-        data, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params,
-        hardness=hardness,
-    )
-    rendered = render_compute(report, fmt, color=color_enabled() and output is None)
+    reports = [
+        build_compute_report(
+            d, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params,
+            hardness=hardness,
+        )
+        for d in loaded
+    ]
+    rendered = render_compute_many(reports, fmt, color=color_enabled() and output is None)
     write_text(rendered.text, output)
     if hardness is not None and fmt is not OutputFormat.table:
         from topk_cli.render.compute import hardness_lines
 
-        for line in hardness_lines(report):
-            typer.echo(f"softtopk: note: {line}", err=True)
+        for report in reports:
+            prefix = f"{report.data.source}: " if len(reports) > 1 else ""
+            for line in hardness_lines(report):
+                typer.echo(f"softtopk: note: {prefix}{line}", err=True)
     for note in rendered.notes:
         typer.echo(f"softtopk: note: {note}", err=True)
-    for warning in compute_warnings(report):
-        typer.echo(f"softtopk: warning: {warning}", err=True)
-    if report.failed:
+    for report in reports:
+        prefix = f"{report.data.source}: " if len(reports) > 1 else ""
+        for warning in compute_warnings(report):
+            typer.echo(f"softtopk: warning: {prefix}{warning}", err=True)
+    if any(report.failed for report in reports):
+        typer.echo(f"softtopk: {compute_failure_summary(reports)}", err=True)
         raise typer.Exit(code=1)
 
 
@@ -298,6 +454,9 @@ def verify_properties_command(
     values: ValuesOpt = None,
     column: ColumnOpt = None,
     input_format: InputFormatOpt = None,
+    index_col: IndexColOpt = None,
+    sep: SepOpt = None,
+    decimal: DecimalOpt = None,
     trials: Annotated[int, typer.Option("--trials", help="Size of the default suite (random vectors per size).")] = 3,
     seed: SeedOpt = 0,
     fmt: FormatOpt = OutputFormat.table,
@@ -310,18 +469,28 @@ def verify_properties_command(
     Without INPUT or --values: a deterministic adversarial suite (--seed, --trials). Verdicts are
     measured; the registry's claims are only compared (disagreements are marked).
     """
+    import math
+
+    import numpy as np
+
     from topk_cli.errors import InvalidArgumentError
     from topk_cli.properties import verify_properties
     from topk_cli.render.common import ProgressReporter
-    from topk_cli.render.properties import render_properties
+    from topk_cli.render.properties import render_properties, strict_properties_summary
 
     if trials < 1:
         raise InvalidArgumentError(f"--trials must be >= 1, got {trials}")
+    if not (math.isfinite(tau) and tau > 0):
+        raise InvalidArgumentError(f"--tau must be a finite number > 0, got {tau}")
     if k is not None and k < 1:
         raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
     vectors = None
     if input is not None or values is not None:
-        vectors = read_vectors(input, values, column, input_format).values
+        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal)
+        widths = {d.values.shape[1] for d in loaded}
+        if len(widths) > 1:
+            raise InvalidArgumentError(f"the inputs hold vectors of different lengths {sorted(widths)}; check them one by one")
+        vectors = np.concatenate([d.values for d in loaded])
     names = resolve_methods(method, default=["all"])
     with ProgressReporter("verify-properties", enabled=stderr_is_terminal()) as progress:
         report = verify_properties(
@@ -331,6 +500,7 @@ def verify_properties_command(
     if strict and report.claim_failures:
         for r in report.claim_failures:
             typer.echo(f"softtopk: {r.method} claims {r.property} but it fails: {r.detail}", err=True)
+        typer.echo(f"softtopk: {strict_properties_summary(report)}", err=True)
         raise typer.Exit(code=1)
 
 
@@ -351,6 +521,9 @@ def temperature_sweep_command(
     values: ValuesOpt = None,
     column: ColumnOpt = None,
     input_format: InputFormatOpt = None,
+    index_col: IndexColOpt = None,
+    sep: SepOpt = None,
+    decimal: DecimalOpt = None,
     row: Annotated[int, typer.Option("--row", help="Which row of a batch input to sweep (0-based).")] = 0,
     taus: Annotated[
         str, typer.Option("--taus", help="START:STOP:COUNT (log-spaced, endpoints included) or a list a,b,c.")
@@ -380,7 +553,7 @@ def temperature_sweep_command(
     if input is None and values is None:
         x = list(DEFAULT_SWEEP_VECTOR)
     else:
-        data = read_vectors(input, values, column, input_format)
+        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal), "temperature-sweep")
         rows = data.values.shape[0]
         if not 0 <= row < rows:
             raise InvalidArgumentError(f"--row must satisfy 0 <= row < {rows} (rows in {data.source}), got {row}")
@@ -436,7 +609,7 @@ def stability_probe_command(
     from topk_cli.analysis.probe import DEFAULT_METHODS, parse_scales, stability_probe
     from topk_cli.errors import InvalidArgumentError
     from topk_cli.render.common import ProgressReporter
-    from topk_cli.render.probe import render_probe
+    from topk_cli.render.probe import render_probe, strict_probe_summary
 
     try:
         ns = [int(part) for part in n.split(",") if part.strip()]
@@ -451,6 +624,7 @@ def stability_probe_command(
         )
     write_text(render_probe(report, fmt, color=color_enabled() and output is None), output)
     if strict and report.failed:
+        typer.echo(f"softtopk: {strict_probe_summary(report)}", err=True)
         raise typer.Exit(code=1)
 
 
@@ -567,6 +741,9 @@ def bench_command(
     values: ValuesOpt = None,
     column: ColumnOpt = None,
     input_format: InputFormatOpt = None,
+    index_col: IndexColOpt = None,
+    sep: SepOpt = None,
+    decimal: DecimalOpt = None,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float64: the dtype timed.")] = "float64",
     repeats: Annotated[int, typer.Option("--repeats", help="Repeats per measurement (the median is shown).")] = 5,
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory (tracemalloc).")] = True,
@@ -587,7 +764,7 @@ def bench_command(
         x = random_scores(batch, n, seed=seed, dtype=dtype)
         source = f"random normal scores (seed {seed})"
     else:
-        data = read_vectors(input, values, column, input_format)
+        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal), "bench")
         x = data.values.astype(check_dtype(dtype))
         source = data.source
     names = resolve_methods(method, default=["all"])
@@ -602,4 +779,10 @@ def bench_command(
 
 def main() -> None:
     """Entry point of the console script (``softtopk`` and ``python -m topk_cli``)."""
-    app()
+    import signal
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds: temporary files are removed, then exit 143
+
+    signal.signal(signal.SIGTERM, terminate)
+    app(prog_name="softtopk")

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
 from topk_cli.api import evaluate, evaluate_sum, get_method, jacobian, scaled_scores, soft_topk
-from topk_cli.errors import InputError, InvalidArgumentError, RowFailure
+from topk_cli.errors import InputError, InvalidArgumentError, NumericalFailureError, RowFailure
 from topk_cli.inputs import LoadedInput
 from topk_cli.recursion import RecursionOutlook
 from topk_cli.registry import BASELINE_METHOD, METHODS
@@ -148,11 +149,11 @@ def build_compute_report(
             continue
         result = evaluate(x, k, name, tau=run_tau, **own)
         jac = None
+        status = np.asarray(result.status).reshape(rows).copy()
+        failures = result.failures
         if with_jacobian:
-            jac = np.full((rows, n, n), np.nan)
-            ok = result.status == "ok"
-            if ok.any():
-                jac[ok] = jacobian(x[ok], k, name, tau=run_tau, **own)
+            jac, derivative_failures = _jacobian_rows(x, k, name, run_tau, status, own)
+            failures = failures + derivative_failures
         sums = potential = None
         if with_sum:
             total = evaluate_sum(x, k, name, tau=run_tau, **own)
@@ -166,7 +167,7 @@ def build_compute_report(
         runs.append(
             MethodRun(
                 method=name, weights=np.asarray(result.weights, dtype=np.float64),
-                status=np.asarray(result.status).reshape(rows), failures=result.failures, jacobian=jac,
+                status=status, failures=failures, jacobian=jac,
                 sums=sums, potential=potential,
                 stderr=None if result.stderr is None else np.asarray(result.stderr, dtype=np.float64).reshape(rows, n),
                 params=dict(result.params), outlook=outlook,
@@ -177,6 +178,36 @@ def build_compute_report(
         k=k, tau=float(tau), data=data, hard=hard, runs=tuple(runs), with_sum=with_sum, hardness=hardness
     )
 
+
+def _jacobian_rows(
+    x: NDArray[np.float64], k: int, method: str, tau: float, status: NDArray[np.str_], params: dict[str, Any]
+) -> tuple[NDArray[np.float64], tuple[RowFailure, ...]]:
+    """Jacobians ``(B, n, n)`` of the rows whose weights are ok (NaN elsewhere). A row whose
+    derivative fails is a per-row failure: its status (updated in place) becomes the failure's
+    code, its Jacobian stays NaN, and the other rows are still computed."""
+    rows, n = x.shape
+    jac = np.full((rows, n, n), np.nan)
+    ok = np.flatnonzero(status == "ok")
+    if ok.size == 0:
+        return jac, ()
+    try:
+        jac[ok] = jacobian(x[ok], k, method, tau=tau, **params)
+        return jac, ()
+    except NumericalFailureError as exc:
+        bad = {ok[f.row[0]] for f in exc.failures if f.row}
+    failures = []
+    for r in ok:
+        if r not in bad:
+            jac[r] = jacobian(x[r], k, method, tau=tau, **params)
+            continue
+        try:  # the batch call named the row; confirm it alone (and get its own diagnosis)
+            jac[r] = jacobian(x[r], k, method, tau=tau, **params)
+        except NumericalFailureError as exc:
+            failure = exc.failures[0]
+            status[r] = failure.code
+            failures.append(RowFailure(method=method, row=(int(r),), code=failure.code,
+                                       detail=f"Jacobian: {failure.detail}", level=failure.level, value=failure.value))
+    return jac, tuple(failures)
 
 
 def row_title(data: LoadedInput, row: int) -> str:

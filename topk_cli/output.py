@@ -1,4 +1,7 @@
-"""Writing results: stdout or an atomically replaced file. The only writer of output files."""
+"""Writing results: stdout, an atomically replaced file, or a special file written through.
+
+The only writer of output files.
+"""
 
 from __future__ import annotations
 
@@ -41,19 +44,31 @@ def write_bytes(data: bytes, path: Path) -> None:
 
 
 def _replace_atomically(target: Path, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` to ``target``: atomically for a regular file, straight through otherwise.
+
+    A symlink is followed (the link stays, the file it points to is replaced); a FIFO, a device
+    (``/dev/null``, a terminal) or a socket is opened and written, never replaced. The temporary
+    file is ``.NAME.softtopk-tmp-XXXXXXXX`` next to the target and is removed on any failure,
+    including SIGINT and SIGTERM (the CLI turns both into exceptions).
+    """
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    if target.exists() and not target.is_file():
+        if target.is_dir():
+            raise InputError(f"cannot write {target}: it is a directory")
+        _write_through(target, chunks)
+        return
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"cannot write {target}: directory {directory} does not exist")
-    if target.is_dir():
-        raise InputError(f"cannot write {target}: it is a directory")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.softtopk-tmp-", dir=directory)
     except OSError as exc:
         raise InputError(f"cannot write {target}: {exc.strerror}") from None
     umask = os.umask(0)
     os.umask(umask)  # read the umask without changing it
-    mode = (target.stat().st_mode & 0o7777) if target.exists() else (0o666 & ~umask)
     try:
+        mode = (target.stat().st_mode & 0o7777) if target.exists() else (0o666 & ~umask)
         os.chmod(tmp, mode)  # mkstemp creates 0600
         with os.fdopen(fd, "wb") as handle:
             for chunk in chunks:
@@ -61,6 +76,18 @@ def _replace_atomically(target: Path, chunks: Iterable[bytes]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_through(target: Path, chunks: Iterable[bytes]) -> None:
+    try:
+        with open(target, "wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+    except OSError as exc:
+        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None

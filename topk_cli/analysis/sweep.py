@@ -192,7 +192,9 @@ def limit_taus(x: FloatArray) -> tuple[float, float]:
     gaps = np.diff(values)
     gap = float(gaps.min()) if gaps.size else 1.0
     spread = float(values.max() - values.min()) if values.size > 1 else 1.0
-    return 1e-4 * gap, 1e6 * spread
+    # clamped: a subnormal gap (5e-324) must not underflow tau to 0, nor a huge spread overflow it
+    tiny, huge = float(np.finfo(np.float64).tiny), float(np.finfo(np.float64).max) / 16
+    return min(max(1e-4 * gap, tiny), huge), min(max(1e6 * spread, tiny), huge)
 
 
 def _limit(method: str, x: FloatArray, k: int, hard: FloatArray) -> SweepLimit:
@@ -229,21 +231,26 @@ def _match(method: str, x: FloatArray, k: int, target: float, hard: FloatArray) 
 
     lo, hi = math.log(small), math.log(large)
     m_lo, m_hi = mass(small), mass(large)
+    while m_lo is None and hi - lo > 1.0:  # a method failing only at small tau: start where it works
+        lo += 0.25 * math.log(10.0)
+        m_lo = mass(math.exp(lo))
     if m_lo is None or m_hi is None or not (m_hi <= target <= m_lo):
         return SweepMatch(method, target, None, None)
     for _ in range(80):
         mid = 0.5 * (lo + hi)
         m = mass(math.exp(mid))
-        if m is None:
-            return SweepMatch(method, target, None, None)
-        if m >= target:
+        if m is None or m >= target:  # a failure is on the small-tau side
             lo = mid
         else:
             hi = mid
         if hi - lo < 1e-10:
             break
     tau = math.exp(lo)
-    return SweepMatch(method, target, tau, mass(tau))
+    found = mass(tau)
+    if found is None:
+        tau = math.exp(hi)
+        found = mass(tau)
+    return SweepMatch(method, target, tau, found)
 
 
 def temperature_sweep(

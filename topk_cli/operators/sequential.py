@@ -48,10 +48,14 @@ mode through the ``k`` rounds, ``O(k n^2)`` per row; the VJP is reverse mode, ``
 per row but it stores the ``k`` rounds, ``O(B k n)`` memory (kept in ``Forward.aux``). Both use
 the accurate complements and exclusive sums, so saturated entries keep their (tiny) relative
 accuracy. For ``weighted-softmax`` they use ``e^{z_i} / S``, which overflows once a gap in
-``z`` exceeds ~709 (e.g. ``tau`` below 1/709 of the spread): the derivative is then reported
-as a :class:`~topk_cli.errors.NumericalFailureError` (code ``"overflow"``), never returned as
-NaN. For ``iterative`` the derivative w.r.t. ``min z`` is taken through the first minimal entry
-(one-sided when the minimum is tied).
+``z`` exceeds ~709 (e.g. ``tau`` below 1/709 of the spread) while the quantities it multiplies
+underflow: those rows are recomputed with every factor in signed log space (``O(k n^2)`` per
+row, also for the VJP), which returns the (typically exponentially small) derivative. The logs
+there are as large as the gaps, and their rounding errors ``u |gap|`` grow with them: where the
+bound ``16 k u max |log|`` exceeds :data:`ILL_CONDITIONED_TOLERANCE` (gaps beyond ~3e5) the row
+is reported as a :class:`~topk_cli.errors.NumericalFailureError` (code ``"ill-conditioned"``),
+never returned as inf, NaN or noise. For ``iterative`` the derivative w.r.t. ``min z`` is taken
+through the first minimal entry (one-sided when the minimum is tied).
 """
 
 from __future__ import annotations
@@ -342,7 +346,8 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     masked = np.isneginf(z)
     sq, lq = np.ones_like(z), np.zeros_like(z)  # q = 1
     sp, lp = np.zeros_like(z), np.full_like(z, _NEG_INF)  # p = 0
-    steps: dict[str, list[FloatArray]] = {"s": [], "f": [], "rho": [], "c": []}
+    steps: dict[str, list[FloatArray]] = {"s": [], "f": [], "rho": [], "c": [], "lf": [], "sf": [], "lrho": [], "ls": [], "ss": [],
+                                         "lc": [], "sc": []}
     fwd = Forward(p=np.zeros_like(z), q=np.ones_like(z))
     err = _RoundingErrors(z)
     for t in range(k):
@@ -390,6 +395,14 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
         steps["f"].append(_to_linear(v_sign * s_sign, l_f))
         steps["c"].append(_to_linear(t_sign * s_sign, (lt - m) - log_s))
         steps["rho"].append(_to_linear(s_sign * np.ones_like(z), (z - m) - log_s))
+        # log-space copies of the factors that overflow beyond gaps of ~709 (signed rho = sign(S) e^lrho)
+        steps["lf"].append(l_f)
+        steps["sf"].append(v_sign * s_sign)
+        steps["lrho"].append(np.where(masked, _NEG_INF, (z - m) - log_s))
+        steps["ls"].append(np.where(sq == 0, _NEG_INF, l_step))
+        steps["ss"].append(sq * s_sign)
+        steps["lc"].append(np.where(t_sign == 0, _NEG_INF, (lt - m) - log_s))
+        steps["sc"].append(t_sign * s_sign)
         sp_new, lp_new = _signed_add(sp, lp, sq * s_sign, l_step)
         err_u, err_q, err_p = _ws_local_errors({
             "a": a, "m": m, "lq": lq, "z": z, "lv": lv, "sq": sq, "lpe": lpe, "lp": lp, "sp": sp, "apos": apos,
@@ -405,10 +418,32 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
         sq, lq = sq * v_sign * s_sign, lq + l_f
         lq = np.where(sq == 0, _NEG_INF, lq)
     fwd.p = np.where(masked, 0.0, _to_linear(sp, lp))
-    fwd.q = np.where(masked, 1.0, _to_linear(sq, lq))
     fwd.aux = {name: np.stack(vals, axis=1) for name, vals in steps.items()}  # (B, k, n)
     err.report(fwd, z, "weighted-softmax", lambda b: _ws_explain(err.cause, b))
+    fwd.q = np.where(masked, 1.0, _ws_complement(fwd.p, sq, lq, err))
     return fwd
+
+
+def _ws_complement(p: FloatArray, sq: FloatArray, lq: FloatArray, err: _RoundingErrors) -> FloatArray:
+    """``1 - p`` per entry: the carried log-space ``q`` or ``1 - p`` by subtraction, whichever has
+    the smaller estimated error.
+
+    The carried ``q`` is relatively accurate while ``|log q|`` is moderate, but its last update
+    ``log q + log|V| - m - log S`` adds ``O(1)`` terms to logs of size ``|z|``, which ulps of
+    ``1e17`` swallow (``x = 0, 1``, ``k = 2``, ``tau = 1e-17``: ``q_2 = -0.5`` came out ``-1``
+    while ``p_2 = 1.5`` was right: the last round's ``q`` feeds no later round, so the row's estimate,
+    which is of ``p``, did not see it). ``1 - p`` is as accurate as ``p`` in absolute terms, so it
+    wins wherever ``|q|`` is not small.
+    """
+    q_log = _to_linear(sq, lq)
+    with np.errstate(over="ignore", invalid="ignore"):  # a blown-up estimate is inf
+        rel = _SAFETY * np.sqrt(np.einsum("bic,bic->bi", err.dq, err.dq) / _SAMPLES)
+        err_log = np.nan_to_num(rel * np.abs(q_log), nan=np.inf)
+    q_sub = 1.0 - p
+    err_sub = err.estimate[:, None] + _UNIT * np.maximum(1.0, np.abs(p))
+    # a log-space exact 0 (V_i cancelled exactly) is kept only where 1 - p agrees with 0
+    err_log = np.where(q_log == 0, np.where(np.abs(q_sub) <= err_sub, 0.0, np.inf), err_log)
+    return np.where(err_sub < err_log, q_sub, q_log)
 
 
 def _rnd(result: FloatArray, *operands: FloatArray) -> FloatArray:
@@ -420,22 +455,59 @@ def _rnd(result: FloatArray, *operands: FloatArray) -> FloatArray:
     return np.where(np.isfinite(result), bound, 0.0)
 
 
-def _rnd_log(result: FloatArray, base: FloatArray) -> FloatArray:
-    """Rounding error of ``result = base + log(...)`` (a log-sum): ``min(u |result|, |result - base| + u)``."""
-    with np.errstate(invalid="ignore"):  # -inf - -inf for empty sums: masked by isfinite
-        return np.where(np.isfinite(result), np.minimum(_UNIT * np.abs(result), np.abs(result - base) + _UNIT), 0.0)
+def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
+    """Rounding error of ``result = base + added`` (a log-sum: ``added`` is the ``log(...)`` term,
+    computed to ``u`` before it is added): ``min(u |result|, |added|) + u``.
+
+    ``added`` must be the term itself, not ``result - base``: when it is below half an ulp of
+    ``base`` (``log 2`` beside ``|base| = 1e20``), ``result == base`` and the whole term is the
+    error, which ``result - base = 0`` would hide (tied entries at ``tau = 1e-20`` lost their factor
+    2 that way, silently).
+    """
+    with np.errstate(invalid="ignore"):  # inf added to an empty sum: masked by isfinite
+        bound = np.minimum(_UNIT * np.abs(result), np.abs(np.where(np.isfinite(added), added, 0.0))) + _UNIT
+    return np.where(np.isfinite(result), bound, 0.0)
+
+
+def _lse_added(parts: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(max, log sum exp(parts - max))`` along the last axis (keepdims): the two terms whose float64 sum
+    is :func:`logsumexp`; the second is 0 for an empty sum."""
+    top = np.max(parts, axis=-1, keepdims=True)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):  # empty sums: log 0
+        added = np.log(np.sum(np.exp(parts - safe), axis=-1, keepdims=True))
+    return top, np.where(np.isfinite(top), added, 0.0)
+
+
+def _log1pexp_added(x: FloatArray, other: FloatArray) -> FloatArray:
+    """The term ``log(1 + e^{-|x - other|})`` that ``logaddexp(x, other)`` adds to the larger; 0 if one is empty."""
+    with np.errstate(invalid="ignore"):  # -inf - -inf: both empty
+        gap = np.abs(x - other)
+    return np.where(np.isfinite(gap), np.log1p(np.exp(-np.where(np.isfinite(gap), gap, 0.0))), 0.0)
+
+
+def _log_diff_added(lpos: FloatArray, lneg: FloatArray) -> FloatArray:
+    """The term ``log(1 - e^{-|lpos - lneg|})`` that :func:`_log_diff` adds to the larger; 0 if one is empty."""
+    with np.errstate(invalid="ignore", divide="ignore"):  # equal terms: log 0 (an exact zero, no error)
+        gap = np.abs(lpos - lneg)
+        added = np.log(-np.expm1(-np.where(np.isfinite(gap), gap, 1.0)))
+    return np.where(np.isfinite(gap) & np.isfinite(added), added, 0.0)
 
 
 def _lse_exclusive_error(parts: FloatArray, out: FloatArray) -> FloatArray:
     """Rounding error of ``out = logsumexp_exclusive(parts)``: ``total + log1p(-ratio)`` for every
     entry but the largest, whose exclusive sum is summed directly around the second largest."""
+    _, added_total = _lse_added(parts)
     total = logsumexp(parts)[:, None]
     top = np.argmax(parts, axis=-1)[:, None]
     rest = parts.copy()
     np.put_along_axis(rest, top, _NEG_INF, axis=-1)
-    err = _rnd_log(total, np.max(parts, axis=-1, keepdims=True)) + _rnd_log(out, total)
-    np.put_along_axis(err, top, _rnd_log(np.take_along_axis(out, top, axis=-1), np.max(rest, axis=-1, keepdims=True)),
-                      axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):  # masked entries and empty rows
+        ratio = np.exp(parts - np.where(np.isfinite(total), total, 0.0))
+        added_out = np.log1p(-np.minimum(ratio, 1.0))
+    err = _rnd_log(total, added_total) + _rnd_log(out, added_out)
+    _, added_rest = _lse_added(rest)
+    np.put_along_axis(err, top, _rnd_log(np.take_along_axis(out, top, axis=-1), added_rest), axis=-1)
     return err
 
 
@@ -460,15 +532,18 @@ def _ws_local_errors(r: dict[str, FloatArray]) -> tuple[FloatArray, FloatArray, 
             (r["xpos"], _lse_exclusive_error(r["apos"], r["xpos"]), pneg, r["vpos"]),
             (r["xneg"], _lse_exclusive_error(r["aneg"], r["xneg"]), ppos, r["vneg"]),
         ):
-            err_part = _times(np.exp(x - v), excl) + _times(np.exp(other - v), lpe_err) + _rnd_log(v, np.maximum(x, other))
+            err_part = (_times(np.exp(x - v), excl) + _times(np.exp(other - v), lpe_err)
+                        + _rnd_log(v, _log1pexp_added(x, other)))
             err_v = err_v + _times(np.exp(v - lv), err_part)
-        err_v = err_v + _rnd_log(lv, np.maximum(r["vpos"], r["vneg"]))
+        err_v = err_v + _rnd_log(lv, _log_diff_added(r["vpos"], r["vneg"]))
     lvm = lv - m
     err_q = err_v + _rnd(lvm, lv, m) + _rnd(r["l_f"], lvm, r["log_s"]) + _rnd(lq + r["l_f"], lq, r["l_f"])
     err_q = np.where(live, np.nan_to_num(err_q, nan=np.inf), 0.0)
     p_new = np.abs(_to_linear(r["sp_new"], r["lp_new"]))
     s_abs = np.abs(r["s"])
-    err_p = (p_new * _rnd_log(r["lp_new"], np.maximum(r["lp"], r["l_step"])) + _UNIT * np.maximum(np.abs(r["p"]), s_abs)
+    same = r["sp"] * r["sq"] * np.sign(r["s"]) > 0  # p and the step s_i have one sign: a sum, else a difference
+    added_p = np.where(same, _log1pexp_added(r["lp"], r["l_step"]), _log_diff_added(r["lp"], r["l_step"]))
+    err_p = (p_new * _rnd_log(r["lp_new"], added_p) + _UNIT * np.maximum(np.abs(r["p"]), s_abs)
              + s_abs * _rnd(r["l_step"], a - m, r["log_s"]))
     return np.where(live, err_u, 0.0), err_q, np.where(np.isfinite(a), err_p, 0.0)
 
@@ -511,7 +586,82 @@ def _ws_explain(cause: dict[str, FloatArray], b: int) -> str:
 
 def _ws_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     """Forward mode: ``dq <- f dq - s (c dz - X - Y)``, ``X_i = sum_{j != i} s_j dz_j``,
-    ``Y = sum_j rho_j dq_j``, ``dp = -dq``; all ``n`` directions at once."""
+    ``Y = sum_j rho_j dq_j``, ``dp = -dq``; all ``n`` directions at once.
+
+    In linear float64 first; the rows where that overflowed (``f`` and ``rho = e^{z}/S`` pass
+    ``e^709`` once a gap in ``z`` exceeds ~709, while ``dq`` is as small as ``q``) are recomputed in
+    signed log space (:func:`_ws_jacobian_log`), where those products are representable.
+    """
+    out = _ws_jacobian_linear(fwd, z, k)
+    bad = np.asarray(~np.isfinite(out.reshape(out.shape[0], -1)).all(axis=-1), dtype=bool)
+    if bad.any():
+        out[bad] = _ws_jacobian_log(fwd, z, k, bad)
+    return _checked(out, "weighted-softmax")
+
+
+#: The log-space derivative multiplies factors ``e^L`` whose logs ``L`` (of size up to the largest
+#: gap in ``z``) carry absolute rounding errors ``u |L|`` per operation; over ``k`` rounds the
+#: derivative's error (in units of ``1/tau``) is about this factor times ``k u max |L|``.
+_LOG_JACOBIAN_GROWTH = 16.0
+
+
+def _ws_log_jacobian_error(fwd: Forward, k: int, rows: NDArray[np.bool_]) -> FloatArray:
+    """Per row, the error bound of :func:`_ws_jacobian_log` (in units of ``1/tau``)."""
+    big = np.zeros(int(rows.sum()))
+    for name in ("lf", "lrho", "ls", "lc"):
+        vals = fwd.aux[name][rows]
+        big = np.maximum(big, np.max(np.where(np.isfinite(vals), np.abs(vals), 0.0), axis=(1, 2)))
+    return _LOG_JACOBIAN_GROWTH * k * _UNIT * big
+
+
+def _slog(x: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sign, log|x|)`` of linear values (``log 0 = -inf``)."""
+    with np.errstate(divide="ignore"):  # log 0 = -inf: an exact zero
+        return np.sign(x), np.log(np.abs(x))
+
+
+def _slog_sum(sign: FloatArray, log_abs: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:
+    """``(sign, log|.|)`` of the sum of signed log values along ``axis``."""
+    pos, neg = _parts(sign, log_abs)
+    return _log_diff(logsumexp(pos, axis=axis), logsumexp(neg, axis=axis))
+
+
+def _ws_jacobian_log(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_]) -> FloatArray:
+    """The forward mode of :func:`_ws_jacobian` on ``rows``, with ``dq``, ``f dq`` and
+    ``Y = sum_j rho_j dq_j`` in signed log space: ``f`` and ``rho`` may overflow and ``dq``
+    underflow while their products are moderate. ``O(k n^2)`` exponentials and logs per row."""
+    zr = z[rows]
+    bsz, n = zr.shape
+    live = np.isfinite(zr)
+    eye = np.broadcast_to(np.eye(n), (bsz, n, n)) * live[:, :, None] * live[:, None, :]
+    off = (1.0 - np.eye(n)) * live[:, :, None] * live[:, None, :]
+    sdq, ldq = np.zeros((bsz, n, n)), np.full((bsz, n, n), _NEG_INF)
+    # rows whose logs are too large for float64 to give the derivative to the tolerance are NaN
+    # (refused by the caller) rather than returned wrong
+    unresolved = _ws_log_jacobian_error(fwd, k, rows) > ILL_CONDITIONED_TOLERANCE
+    aux = {name: fwd.aux[name][rows] for name in ("lf", "sf", "lrho", "rho", "ls", "ss", "lc", "sc")}
+    diag = eye > 0
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # -inf logs are exact zeros
+        for t in range(k):
+            lf, sf, lrho = aux["lf"][:, t], aux["sf"][:, t], aux["lrho"][:, t]
+            srho = np.sign(aux["rho"][:, t])
+            s_s, s_l, c_s, c_l = (aux[name][:, t] for name in ("ss", "ls", "sc", "lc"))
+            sy, ly = _slog_sum(srho[:, :, None] * sdq, lrho[:, :, None] + ldq, axis=1)  # Y_d, (B, n)
+            # s_i (c_i [i = d] - s_d [i != d] - Y_d): diagonal and off-diagonal terms, then s_i Y_d
+            b_s = np.where(diag, (s_s * c_s)[:, :, None], -s_s[:, :, None] * s_s[:, None, :] * off)
+            b_l = np.where(diag, (s_l + c_l)[:, :, None], s_l[:, :, None] + s_l[:, None, :])
+            b_l = np.where(b_s == 0, _NEG_INF, b_l)
+            b_s, b_l = _signed_add(b_s, b_l, -s_s[:, :, None] * sy[:, None, :], s_l[:, :, None] + ly[:, None, :])
+            sdq, ldq = _signed_add(sf[:, :, None] * sdq, lf[:, :, None] + ldq, -b_s, b_l)
+            sdq = np.where(live[:, :, None], sdq, 0.0)
+            ldq = np.where(live[:, :, None] & (sdq != 0), ldq, _NEG_INF)
+        out = -_to_linear(sdq, ldq)
+    out[unresolved] = np.nan
+    return out
+
+
+def _ws_jacobian_linear(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
+    """The forward mode of :func:`_ws_jacobian` in linear float64 (may overflow, see there)."""
     bsz, n = z.shape
     live = np.isfinite(z)
     eye = np.broadcast_to(np.eye(n), (bsz, n, n)) * live[:, :, None] * live[:, None, :]
@@ -523,7 +673,7 @@ def _ws_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
         y = np.sum(np.where(live[:, :, None], rho * dq, 0.0), axis=1, keepdims=True)
         dq = f * dq - s * (c * eye - x_excl - y)
         dq = np.where(live[:, :, None], dq, 0.0)
-    return _checked(-dq, "weighted-softmax")
+    return -dq
 
 
 def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
@@ -539,19 +689,31 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
         zbar += c * g - s * _exclusive_sum(g)
         qbar = f * qbar - rho * np.sum(g, axis=1, keepdims=True)
         qbar = np.where(live[:, :, None], qbar, 0.0)
-    return _checked(zbar[:, :, 0], "weighted-softmax")
+    out = zbar[:, :, 0]
+    bad = ~np.isfinite(out).all(axis=-1)
+    # rows that overflowed (gaps beyond ~709): v^T J from the log-space Jacobian, one row at a
+    # time (O(k n^2) for those rows only)
+    for b in np.flatnonzero(bad):
+        row = np.zeros(z.shape[0], dtype=bool)
+        row[b] = True
+        out[b] = v[b] @ _ws_jacobian_log(fwd, z, k, row)[0]
+    return _checked(out, "weighted-softmax")
 
 
 def _checked(out: FloatArray, method: str) -> FloatArray:
-    """Raise instead of returning a derivative that overflowed (rows with non-finite entries)."""
-    bad = ~np.isfinite(out.reshape(out.shape[0], -1)).all(axis=-1)
+    """Raise instead of returning a derivative float64 could not compute (rows with non-finite
+    entries): never an inf or NaN in a returned derivative."""
+    bad = ~np.isfinite(out.reshape(out.shape[0], -1) if out.size else np.zeros((out.shape[0], 0))).all(axis=-1)
     if bad.any():
+        detail = (
+            "the derivative is not computable in float64 at this input: x / tau spans gaps so large that "
+            "the logs of the factors e^{z_i}/S carry rounding errors beyond the tolerance "
+            f"{ILL_CONDITIONED_TOLERANCE:g} (in units of 1/tau); use a larger tau"
+            if method == "weighted-softmax" else
+            "the derivative overflows float64 at this input (x / tau spans a range beyond float64); use a larger tau"
+        )
         failures = tuple(
-            RowFailure(
-                method=method, row=(int(b),), code="overflow",
-                detail="the derivative overflows float64: a gap in x / tau exceeds ~709, where e^{z_i}/S is not "
-                "representable; use a larger tau (the exact derivative is exponentially small there)",
-            )
+            RowFailure(method=method, row=(int(b),), code="ill-conditioned", detail=detail)
             for b in np.flatnonzero(bad)
         )
         raise NumericalFailureError(failures)
@@ -676,8 +838,8 @@ def _it_local_errors(
         l1p = np.abs(np.log1p(-np.minimum(s, 1.0)))
     err_lc = np.minimum(_UNIT * np.abs(total), l1p)
     np.put_along_axis(y_max, top, _NEG_INF, axis=-1)
-    second = np.max(y_max, axis=-1, keepdims=True)
-    err_lc = np.where(dom, _rnd_log(lc, second), err_lc)
+    _, added_rest = _lse_added(y_max)
+    err_lc = np.where(dom, _rnd_log(lc, added_rest), err_lc)
     err_c = _UNIT * (1.0 + np.abs(np.where(masked, 0.0, _finite(lc) - total))) + err_lc
     return np.where(masked, 0.0, err_s), np.where(masked, 0.0, err_c), err_total, dom.astype(np.float64)
 

@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike
 
 from topk_cli.operators._base import FloatArray
 
-#: Property names, in report order (the SPEC's JSON names).
+#: Property names, in report order (the names the JSON output uses).
 PROPERTIES: tuple[str, ...] = (
     "range",
     "sum",
@@ -83,7 +83,7 @@ class Counterexample:
         return f"softtopk compute -m {self.method} -k {self.k} --tau {_fmt(self.tau)} --values={values}"
 
     def as_dict(self) -> dict[str, object]:
-        """JSON-able form (the ``counterexample`` object of the SPEC)."""
+        """JSON-able form (the ``counterexample`` object of the JSON output)."""
         return {
             "x": list(self.x), "k": self.k, "tau": self.tau, "detail": self.detail, "command": self.command,
         }

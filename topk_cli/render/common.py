@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
 import math
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from enum import Enum
 from typing import Any
 
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
+from rich.table import Column, Table
 
 
 class OutputFormat(str, Enum):
@@ -60,29 +64,137 @@ def _csv_cell(value: Any) -> Any:
     return value
 
 
+#: Where tables go: the terminal's width (set by the CLI when stdout is a terminal), or None for
+#: a pipe or a file, where every table keeps its natural width.
+FIT_WIDTH: ContextVar[int | None] = ContextVar("softtopk_fit_width", default=None)
+_NATURAL_MAX = 100_000
+_PROSE = 30  # a cell with spaces and longer than this is prose: it may wrap between words
+
+
+def terminal_width() -> int:
+    """The terminal's width in columns (``COLUMNS`` wins, as in every Unix tool)."""
+    return max(shutil.get_terminal_size((80, 24)).columns, 20)
+
+
 def renderables_to_text(renderables: Sequence[RenderableType], *, color: bool, width: int | None = None) -> str:
     """Render rich objects to a string; plain text (no ANSI codes) when ``color`` is False.
 
-    With colour (a terminal) tables fit ``width`` (default: the terminal's). Without colour the
-    text goes to a pipe, a file or a CI log, where nothing should be cut: the width grows to
-    the widest renderable's natural width (up to 1000 columns).
+    The one width policy of every command: with a target width (``width``, else
+    :data:`FIT_WIDTH`: the terminal's) tables fit it without ever cutting a number, a name or a
+    header: prose cells wrap between words, and a table still too wide is split into blocks of
+    columns, each repeating the first (key) column. Without a target (a pipe, a file, a CI log)
+    every renderable keeps its natural width. Rich markup is off: labels and file names are
+    printed as they are, brackets included.
     """
+    target = width if width is not None else FIT_WIDTH.get()
     console = Console(
         file=io.StringIO(),
         force_terminal=color,
         no_color=not color,
         color_system="auto" if color else None,
-        width=width or (shutil.get_terminal_size((120, 24)).columns if color else 1000),
+        width=target or _NATURAL_MAX,
         highlight=False,
         soft_wrap=False,
+        markup=False,
+        emoji=False,
     )
-    if not color:
-        natural = max((console.measure(item).maximum for item in renderables), default=80)
-        console.width = min(max(natural, width or 80), 1000)
     with console.capture() as capture:
-        for item in renderables:
-            console.print(item)
+        for item in _flatten(renderables):
+            parts = fit_table(item, console, target) if target is not None and isinstance(item, Table) else [item]
+            for part in parts:
+                if target is None:
+                    console.width = max(min(_natural_width(console, part), _NATURAL_MAX), 1)
+                elif isinstance(part, Table):  # a column wider than the terminal stays whole
+                    console.width = max(target, _minimum_width(console, part))
+                else:  # text wraps between words
+                    console.width = target
+                console.print(part)
     return capture.get()
+
+
+def _flatten(renderables: Sequence[RenderableType]) -> list[RenderableType]:
+    """The items of rich ``Group``s, so that every table is fitted on its own."""
+    out: list[RenderableType] = []
+    for item in renderables:
+        if isinstance(item, Group):
+            out.extend(_flatten(list(item.renderables)))
+        else:
+            out.append(item)
+    return out
+
+
+def _cell_width(console: Console, cell: RenderableType) -> int:
+    return Measurement.get(console, console.options.update(width=_NATURAL_MAX), cell).maximum
+
+
+def _natural_width(console: Console, item: RenderableType) -> int:
+    return Measurement.get(console, console.options.update(width=_NATURAL_MAX), item).maximum
+
+
+def _is_prose(console: Console, cells: Sequence[RenderableType]) -> bool:
+    return any(" " in str(cell) and _cell_width(console, cell) > _PROSE for cell in cells)
+
+
+def _column_need(console: Console, column: Column) -> int:
+    """Columns a table column needs: all of an atomic column, the longest word of prose."""
+    cells = [column.header, *column.cells]
+    if _is_prose(console, list(column.cells)):
+        words = [len(word) for cell in cells for word in str(cell).split()]
+        return max([_PROSE, *words]) if words else _PROSE
+    return max((_cell_width(console, cell) for cell in cells), default=1)
+
+
+def _minimum_width(console: Console, item: RenderableType) -> int:
+    if not isinstance(item, Table):
+        return _natural_width(console, item)
+    return _table_width(item, [_column_need(console, c) for c in item.columns])
+
+
+def _table_width(table: Table, needs: Sequence[int]) -> int:
+    left, right = table.padding[3], table.padding[1]
+    borders = (len(needs) + 1) if table.box is not None else 0
+    edge = 0 if table.pad_edge else -(left + right)
+    return sum(needs) + len(needs) * (left + right) + borders + edge
+
+
+def fit_table(table: Table, console: Console, width: int) -> list[Table]:
+    """``table`` made to fit ``width`` columns without cutting a number, a name or a header.
+
+    Atomic columns (numbers, names) never wrap; prose columns wrap between words. When the
+    atomic columns alone do not fit, the table is split into blocks of columns, each block
+    repeating the first column (the row's key). A single column wider than ``width`` is left
+    whole (the line is then longer than the terminal, never cut).
+    """
+    for column in table.columns:
+        if _is_prose(console, list(column.cells)):
+            column.overflow = "fold"
+        else:
+            column.no_wrap = True
+            column.overflow = "ignore"
+            column.min_width = _column_need(console, column)
+    needs = [_column_need(console, c) for c in table.columns]
+    if _table_width(table, needs) <= width or len(table.columns) <= 2:
+        return [table]
+    blocks: list[list[int]] = []
+    current: list[int] = []
+    for index in range(1, len(table.columns)):
+        trial = [0, *current, index]
+        if current and _table_width(table, [needs[i] for i in trial]) > width:
+            blocks.append(current)
+            current = [index]
+        else:
+            current.append(index)
+    blocks.append(current)
+    parts = []
+    for number, block in enumerate(blocks):
+        part = copy.copy(table)
+        part.columns = [copy.copy(table.columns[i]) for i in (0, *block)]
+        if number:
+            part.title = f"{table.title} (continued: columns {number + 1}/{len(blocks)})" if table.title else None
+        elif len(blocks) > 1 and table.title:
+            part.title = f"{table.title} (columns 1/{len(blocks)})"
+        parts.append(part)
+    return parts
 
 
 def format_float(value: float, digits: int = 6) -> str:

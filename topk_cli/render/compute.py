@@ -439,7 +439,7 @@ def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
         if m["notes"]:
             text += f"\nNote: {m['notes']}"
         sources.add_row(m["name"], text)
-    return _tidy(renderables_to_text([overview, claims, sources], color=color, width=200), color)
+    return _tidy(renderables_to_text([overview, claims, sources], color=color), color)
 
 
 def _tidy(text: str, color: bool) -> str:
@@ -447,3 +447,46 @@ def _tidy(text: str, color: bool) -> str:
     if color:
         return text
     return "".join(line.rstrip() + "\n" for line in text.splitlines())
+
+
+# ---- several inputs ------------------------------------------------------------------------
+
+
+def compute_failure_summary(reports: Sequence[ComputeReport]) -> str:
+    """The last stderr line when a method failed: each failing method and its failed rows.
+
+    e.g. ``failed: grad-recursive on 2/6 rows; iterative on 1/6 rows`` (rows of every input).
+    """
+    counts: dict[str, list[int]] = {}
+    for report in reports:
+        for run in report.runs:
+            failed, total = counts.setdefault(run.method, [0, 0])
+            counts[run.method] = [failed + int((run.status != "ok").sum()), total + len(run.status)]
+    parts = [f"{method} on {failed}/{total} rows" for method, (failed, total) in counts.items() if failed]
+    return "failed: " + "; ".join(parts)
+
+
+def render_compute_many(reports: Sequence[ComputeReport], fmt: OutputFormat, *, color: bool = False) -> Rendered:
+    """Several inputs, each labelled by its source; one input renders exactly as :func:`render_compute`.
+
+    Table: one titled section per input. CSV: a leading ``source`` column. JSON:
+    ``{"k", "tau", "inputs": [<the one-input document of each source>]}``.
+    """
+    if len(reports) == 1:
+        return render_compute(reports[0], fmt, color=color)
+    parts = [render_compute(report, fmt, color=color) for report in reports]
+    notes = tuple(f"{r.data.source}: {note}" for r, part in zip(reports, parts, strict=True) for note in part.notes)
+    if fmt is OutputFormat.json:
+        head = json.dumps({"k": reports[0].k, "tau": reports[0].tau})[:-1]
+        return Rendered(head + ', "inputs": [\n' + ",\n".join(p.text.rstrip("\n") for p in parts) + "\n]}\n", notes)
+    if fmt is OutputFormat.csv:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(("source", *CSV_COLUMNS))
+        for report, part in zip(reports, parts, strict=True):
+            prefix = io.StringIO()
+            csv.writer(prefix, lineterminator="").writerow([report.data.source])
+            cell = prefix.getvalue() + ","
+            out.write("".join(cell + line + "\n" for line in part.text.splitlines()[1:]))
+        return Rendered(out.getvalue(), notes)
+    return Rendered("\n".join(p.text for p in parts), notes)

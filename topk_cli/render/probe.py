@@ -165,7 +165,7 @@ def render_probe_table(report: ProbeReport) -> list[RenderableType]:
     parts.append(Text(
         "first failing: any failure (incl. the method's own 'cancellation' refusals); log0/log<0 seen: "
         "the recursion broke; predicted: error-amplification model; saturation model: some 1 - p < 2^-53 "
-        "(MATH.md). '-' = nothing on the grid."
+        "(float64's unit roundoff). '-' = nothing on the grid."
     ))
     return [Group(*parts)]
 
@@ -201,7 +201,7 @@ def _boundary_dict(b: Boundary) -> dict[str, Any]:
 
 
 def probe_document(report: ProbeReport) -> dict[str, Any]:
-    """The JSON document of SPEC.md (``results``, ``boundaries``) plus the grid and references."""
+    """The documented JSON document (``results``, ``boundaries``) plus the grid and references."""
     return {
         "grid": {
             "methods": list(report.methods), "n": list(report.ns), "k": list(report.k_specs),
@@ -247,4 +247,19 @@ def render_probe(report: ProbeReport, fmt: OutputFormat, *, color: bool) -> str:
         return render_probe_json(report)
     if fmt == OutputFormat.csv:
         return render_probe_csv(report)
-    return renderables_to_text(render_probe_table(report), color=color, width=160)
+    return renderables_to_text(render_probe_table(report), color=color)
+
+
+def strict_probe_summary(report: ProbeReport) -> str:
+    """The last stderr line of a ``--strict`` failure: failed trials per method over the grid.
+
+    e.g. ``strict: grad-recursive failed 2073/3640 trials; iterative 199/3640``.
+    """
+    parts: list[str] = []
+    for method in report.methods:
+        cells = [c for c in report.cells if c.method == method]
+        failed = sum(c.failures for c in cells)
+        if failed:
+            total = sum(c.trials for c in cells)
+            parts.append(f"{method} failed {failed}/{total} trials" if not parts else f"{method} {failed}/{total}")
+    return "strict: " + "; ".join(parts)

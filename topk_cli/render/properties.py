@@ -22,7 +22,7 @@ _SHORT_CLASS = {"C-infinity": "C-inf", "C1": "C1", "C0": "C0", "discontinuous": 
 
 
 def result_dict(r: PropertyResult) -> dict[str, Any]:
-    """One result as the SPEC's JSON object (plus counts, class and agreement)."""
+    """One result as the documented JSON object (plus counts, class and agreement)."""
     return {
         "method": r.method,
         "property": r.property,
@@ -41,7 +41,7 @@ def result_dict(r: PropertyResult) -> dict[str, Any]:
 
 
 def render_properties_json(report: VerifyReport, *, k: int | None = None) -> str:
-    """``{"results": [...], ...}`` as in SPEC.md, with the suite description and disagreements."""
+    """``{"results": [...], ...}`` as documented in the README, with the suite description and disagreements."""
     return render_json(
         {
             "source": report.source,
@@ -138,7 +138,7 @@ def render_properties_table(report: VerifyReport, *, color: bool = False) -> str
                 "(reported by the method) on every weight; smooth and jacobian are not measured on it."
             )
         )
-    return renderables_to_text(renderables, color=color, width=200)
+    return renderables_to_text(renderables, color=color)
 
 
 def render_properties(report: VerifyReport, fmt: OutputFormat, *, color: bool = False, k: int | None = None) -> str:
@@ -148,3 +148,14 @@ def render_properties(report: VerifyReport, fmt: OutputFormat, *, color: bool = 
     if fmt is OutputFormat.csv:
         return render_properties_csv(report)
     return render_properties_table(report, color=color)
+
+
+def strict_properties_summary(report: VerifyReport) -> str:
+    """The last stderr line of a ``--strict`` failure: each method and the claims it broke.
+
+    e.g. ``strict: thre-exp failed monotone-strict (3/40 cases); iterative failed sum (2/40 cases)``.
+    """
+    parts = [
+        f"{r.method} failed {r.property} ({r.violations}/{r.checked} cases)" for r in report.claim_failures
+    ]
+    return "strict: " + "; ".join(parts)

@@ -29,7 +29,7 @@ def _vector(v: Sequence[float] | None) -> str:
 
 
 def sweep_document(result: SweepResult) -> dict[str, Any]:
-    """The JSON document of SPEC.md (``results``, ``limits``) plus input, grid and matches."""
+    """The documented JSON document (``results``, ``limits``) plus input, grid and matches."""
     return {
         "k": result.k,
         "x": list(result.x),
@@ -215,7 +215,7 @@ def render_sweep_table(result: SweepResult, *, color: bool = False) -> str:
     renderables.append(
         Text("dead grad = share of inputs whose Jacobian column has norm < 1e-8 (they receive no gradient).")
     )
-    return renderables_to_text(renderables, color=color, width=160)
+    return renderables_to_text(renderables, color=color)
 
 
 def render_sweep(result: SweepResult, fmt: OutputFormat, *, color: bool = False) -> str:

@@ -1,0 +1,272 @@
+"""The one layout rule for tables (CSV, TSV, JSON records/columns/split, JSON Lines of records).
+
+A table is a header (or none) and columns of text cells. Every column is classified from all
+its cells: *numeric* (every cell a number; NaN/missing cells make it an error when it is used),
+*text*, or *true/false*. Then, in this order:
+
+1. Row names: ``index_col`` when given; else pandas' unnamed first column (empty first header
+   cell, as ``df.to_csv()`` writes the index); else a first column holding exactly the integers
+   0..N-1 (pandas' default index written with a name or without a header) when another numeric
+   column follows.
+2. Two numeric columns left, one of them unique integers (an id, a rank) and the other not:
+   one vector, labelled by the id column.
+3. One numeric column: one vector, labelled by the row-name column or else the first text
+   column. Several: a batch, one vector per row, the header names label the entries and the
+   row-name column or else the first text column names the rows.
+4. Other text and true/false columns are ignored. Every inferred choice is reported in one note.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from topk_cli.errors import InputError
+from topk_cli.inputs.model import MISSING_MARKERS, LoadedInput, check_value, finish, parse_number
+
+_NUMERIC_MAJORITY = 0.5  # a column whose cells are mostly numbers is numeric with bad cells
+_INTEGER_TEXT = re.compile(r"[\s+\-0-9]*")
+_DECIMAL_COMMA = re.compile(r"\s*[+-]?\d*,\d+(?:[eE][+-]?\d+)?\s*")
+_BOOLS = frozenset(("true", "false"))
+
+
+@dataclass(frozen=True)
+class RawTable:
+    """Cells as read. ``place(row, col)`` names a cell for messages (``row 3 (line 5), column 'b'``)."""
+
+    source: str
+    fmt: str
+    header: list[str] | None
+    columns: list[Sequence[str]]
+    place: Callable[[int, int], str]
+    row_place: Callable[[int], str]
+    notes: tuple[str, ...] = ()
+    decimal: str = "."
+
+
+@dataclass(eq=False)
+class _Column:
+    pos: int
+    name: str
+    cells: Sequence[str]
+    kind: str  # numeric | text | bool | missing
+    values: NDArray[np.float64] | None = None  # NaN where missing
+    first_missing: int | None = None
+    first_text: int | None = None
+    integers: bool = False
+
+
+def _classify(pos: int, name: str, cells: Sequence[str], decimal: str) -> _Column:
+    parse_cells = cells if decimal == "." else [c.replace(decimal, ".") for c in cells]
+    joined = "".join(parse_cells)
+    values: NDArray[np.float64] | None = None
+    if "_" not in joined and joined.isascii():
+        try:  # fast path: numpy parses like float() (checked in the tests)
+            values = np.array(parse_cells, dtype=np.float64)
+        except ValueError:
+            values = None
+    text_rows: list[int] = []
+    if values is None:
+        values = np.full(len(cells), np.nan)
+        for i, cell in enumerate(parse_cells):
+            if cell.strip().lower() in MISSING_MARKERS:
+                continue
+            number = parse_number(cell)
+            if number is None:
+                text_rows.append(i)
+            else:
+                values[i] = number
+    missing = np.isnan(values)
+    if text_rows:
+        missing[text_rows] = False
+    column = _Column(pos, name, cells, "numeric", values)
+    if missing.any():
+        column.first_missing = int(np.argmax(missing))
+    if text_rows:
+        filled = len(cells) - int(missing.sum())
+        if all(cells[i].strip().lower() in _BOOLS for i in text_rows) and len(text_rows) == filled:
+            column.kind = "bool"
+        elif (filled - len(text_rows)) / filled >= _NUMERIC_MAJORITY and filled - len(text_rows) > 0:
+            column.first_text = text_rows[0]
+        else:
+            column.kind = "text"
+        return column
+    if missing.all():
+        column.kind = "missing"
+        return column
+    if column.first_missing is None:
+        column.integers = bool(_INTEGER_TEXT.fullmatch("".join(cells)))
+    return column
+
+
+def _is_range(column: _Column) -> bool:
+    """The integers 0..N-1 in order: pandas' default index."""
+    return column.integers and column.values is not None and bool(
+        np.array_equal(column.values, np.arange(len(column.cells)))
+    )
+
+
+def _is_id(column: _Column) -> bool:
+    values = column.values
+    return column.integers and values is not None and len(np.unique(values)) == len(values)
+
+
+def _resolve_index_col(table: RawTable, index_col: str | None, names: list[str]) -> int | bool | None:
+    """Position of the row-name column given by the user; False when disabled; None: infer."""
+    if index_col is None:
+        return None
+    if index_col.strip().lower() in ("none", "false"):
+        return False
+    if table.header is not None and index_col in names:
+        return names.index(index_col)
+    if index_col.strip().isdigit():
+        pos = int(index_col)
+        if pos >= len(names):
+            raise InputError(f"{table.source}: --index-col {pos}: the table has {len(names)} columns (counted from 0)")
+        return pos
+    shown = ", ".join(map(repr, names)) if table.header is not None else "none (no header)"
+    raise InputError(f"{table.source}: --index-col: no column {index_col!r}; columns: {shown}")
+
+
+def _names_text(names: Sequence[str], headerless: bool) -> str:
+    if headerless:
+        return f"columns {names[0]}..{names[-1]}" if len(names) > 1 else f"column {names[0]}"
+    if len(names) > 3:
+        return f"columns {names[0]}..{names[-1]}"
+    return ("columns " if len(names) > 1 else "column ") + ", ".join(names)
+
+
+def read_table(table: RawTable, *, column: str | None = None, index_col: str | None = None) -> LoadedInput:
+    """Apply the layout rule of this module to ``table``; see the module docstring."""
+    source = table.source
+    width = len(table.columns)
+    headerless = table.header is None
+    names = list(table.header) if table.header is not None else [str(i + 1) for i in range(width)]
+    rows = len(table.columns[0]) if table.columns else 0
+    if rows == 0:
+        raise InputError(f"{source}: no data rows (only a header)" if not headerless else f"{source}: no data rows")
+    if column is not None and (headerless or column not in names):
+        listing = ", ".join(map(repr, names)) if not headerless else "none (no header)"
+        raise InputError(f"{source}: no column {column!r}; columns: {listing}")
+    notes: list[str] = list(table.notes)
+    given = _resolve_index_col(table, index_col, names)
+    why: str | None = None  # how the row-name (label) column was chosen, when inferred
+    index_pos: int | None = given if isinstance(given, int) and given is not False else None
+    if given is None and table.header is not None and names[0] == "" and width > 1:
+        index_pos = 0
+        why = "the unnamed first column (the index pandas writes)"
+    for pos, name in enumerate(names):
+        if name == "" and pos != index_pos:
+            raise InputError(f"{source}: header: column {pos + 1} has no name")
+
+    cols = [_classify(pos, names[pos], cells, table.decimal) for pos, cells in enumerate(table.columns)]
+
+    def shown(col: _Column) -> str:
+        return f"column {col.pos + 1}" if headerless else f"column {col.name!r}"
+
+    def is_value(col: _Column) -> bool:
+        return col.kind in ("numeric", "missing") and col.pos != index_pos
+
+    if given is None and index_pos is None and len(cols) > 1 and _is_range(cols[0]) and rows > 1:
+        if sum(1 for c in cols[1:] if c.kind in ("numeric", "missing")) >= 1:
+            index_pos = 0
+            why = f"{shown(cols[0])} (the integers 0..{rows - 1}, pandas' default index)"
+    label_pos: int | None = index_pos
+    if column is not None:
+        value_cols = [cols[names.index(column)]]
+        if value_cols[0].kind in ("text", "bool"):
+            value_cols[0].kind = "numeric"
+            value_cols[0].first_text = next(
+                i for i, c in enumerate(value_cols[0].cells) if parse_number(c) is None
+            )
+    else:
+        value_cols = [c for c in cols if is_value(c)]
+        if given is None and label_pos is None and len(value_cols) == 2:
+            a, b = value_cols
+            ids = [c for c in (a, b) if _is_id(c)]
+            if len(ids) == 2:  # both integers: an id is 0..N-1 or 1..N
+                ids = [c for c in (a, b) if c.values is not None and (
+                    np.array_equal(c.values, np.arange(rows)) or np.array_equal(c.values, np.arange(1, rows + 1)))]
+            if len(ids) == 1:
+                label_pos = ids[0].pos
+                value_cols = [c for c in value_cols if c is not ids[0]]
+                why = f"{shown(ids[0])} (unique integers: an id, not a score)"
+    if not value_cols:
+        listed = ", ".join(repr(n) for n in names) if not headerless else f"{width} columns"
+        raise InputError(f"{source}: no numeric column (columns: {listed}); the scores must be numbers")
+    for col in value_cols:
+        if col.first_text is not None:
+            cell = col.cells[col.first_text]
+            hint = ""
+            if table.decimal == "." and _DECIMAL_COMMA.fullmatch(cell):
+                hint = " (a decimal comma? pass --decimal ,)"
+            raise InputError(f"{source}: {table.place(col.first_text, col.pos)}: {cell.strip()!r} is not a number{hint}")
+        if col.kind == "missing" or col.first_missing is not None:
+            row = col.first_missing if col.first_missing is not None else 0
+            cell = col.cells[row].strip()
+            kind = "NaN" if parse_number(cell) is not None else "a missing value"
+            what = "empty cell" if not cell else f"{cell!r} ({kind}) is not allowed (use -inf to mask an entry)"
+            raise InputError(f"{source}: {table.place(row, col.pos)}: {what}")
+    text_cols = [c for c in cols if c.kind == "text" and c.pos != index_pos]
+    if label_pos is None and text_cols:
+        label_pos = text_cols[0].pos
+    used = {c.pos for c in value_cols}  # positions: comparing columns would be quadratic
+    ignored = [c for c in cols if c.pos != label_pos and c.pos not in used and (column is None or c.kind != "numeric")]
+    if ignored and column is None:
+        notes.append("ignored " + ", ".join(f"{shown(c)} ({'true/false' if c.kind == 'bool' else 'text'})"
+                                            for c in ignored))
+
+    labels_text: list[str] | None = None
+    if label_pos is not None:
+        label_cells = cols[label_pos].cells
+        for i, cell in enumerate(label_cells):
+            if not cell.strip():
+                raise InputError(f"{source}: {table.place(i, label_pos)}: empty label")
+        labels_text = [cell.strip() for cell in label_cells]
+
+    for col in value_cols:
+        assert col.values is not None
+        infinite = np.flatnonzero(np.isinf(col.values))
+        for i in infinite.tolist():
+            check_value(float(col.values[i]), col.cells[i].replace(table.decimal, "."), source, table.place(i, col.pos))
+
+    if len(value_cols) == 1:
+        only = value_cols[0]
+        assert only.values is not None
+        arr = only.values.reshape(1, -1)
+        if notes or why or len(cols) > 2:
+            notes.insert(0, f"read 1 vector of {rows} entries from {shown(only)}"
+                         + (f"; labels from {why or shown(cols[label_pos])}" if label_pos is not None else ""))
+        return finish(
+            arr, source, fmt=table.fmt, labels=labels_text, row_names=(only.name,),
+            where=lambda r, c: table.place(c, only.pos), notes=_one_note(notes),
+        )
+    arr = np.column_stack([c.values for c in value_cols if c.values is not None])
+    n_rows = arr.shape[0]
+    entry_names = [c.name for c in value_cols]
+    n = len(value_cols)
+    if notes or why or n <= 3:
+        what = f"read {n_rows} vector{'s' * (n_rows != 1)} of {n} entries ({_names_text(entry_names, headerless)})"
+        if label_pos is not None:
+            what += f"; row names from {why or shown(cols[label_pos])}"
+        notes.insert(0, what)
+    return finish(
+        arr, source, fmt=table.fmt,
+        labels=None if headerless else tuple(entry_names),
+        row_names=labels_text,
+        where=lambda r, c: table.place(r, value_cols[c].pos),
+        notes=_one_note(notes),
+    )
+
+
+def _one_note(notes: list[str]) -> tuple[str, ...]:
+    """Every inferred choice in one line (deduplicated, in order)."""
+    seen: list[str] = []
+    for note in notes:
+        if note not in seen:
+            seen.append(note)
+    return ("; ".join(seen),) if seen else ()
