@@ -344,7 +344,6 @@ def test_cli_parameters_go_to_the_methods_that_take_them(monkeypatch: pytest.Mon
     spec = _toy_spec()
     monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, spec.name: spec}))
     monkeypatch.setattr(comparison, "METHODS", registry.METHODS)
-    monkeypatch.setattr("topk_cli.cli.METHODS", registry.METHODS)
     monkeypatch.setattr("topk_cli.render.compute.METHODS", registry.METHODS)
     doc = json.loads(_cli("compute", "-m", "toy-clip", "-m", "grad", "-k", "2", "--seed", "3", "--values", "1,2,0.5",
                           "--format", "json").stdout)

@@ -5,29 +5,66 @@
 array([0., 1., 0.])
 """
 
-from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
-from topk_cli.api import (
-    TopKResult,
-    TopKSum,
-    evaluate,
-    evaluate_sum,
-    get_method,
-    jacobian,
-    scaled_scores,
-    soft_topk,
-    soft_topk_sum,
-    trace_grad_recursive,
-    vjp,
-)
-from topk_cli.errors import (
-    InputError,
-    InvalidArgumentError,
-    NumericalFailureError,
-    RowFailure,
-    SoftTopKError,
-    UnknownMethodError,
-)
-from topk_cli.registry import ALIASES, METHODS, Capabilities, Guarantees, MethodSpec, ParamSpec
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
+    from topk_cli.api import (
+        TopKResult,
+        TopKSum,
+        evaluate,
+        evaluate_sum,
+        get_method,
+        jacobian,
+        scaled_scores,
+        soft_topk,
+        soft_topk_sum,
+        trace_grad_recursive,
+        vjp,
+    )
+    from topk_cli.errors import (
+        InputError,
+        InvalidArgumentError,
+        NumericalFailureError,
+        RowFailure,
+        SoftTopKError,
+        UnknownMethodError,
+    )
+    from topk_cli.registry import ALIASES, METHODS, Capabilities, Guarantees, MethodSpec, ParamSpec
+
+#: Where each public name lives: imported on first use, so ``softtopk --version`` and the CLI's
+#: argument parsing do not pay for numpy and every operator module.
+_LAZY = {
+    "HardnessMatch": "topk_cli.analysis.hardness",
+    "tau_for_hardness": "topk_cli.analysis.hardness",
+    **{name: "topk_cli.api" for name in (
+        "TopKResult", "TopKSum", "evaluate", "evaluate_sum", "get_method", "jacobian", "scaled_scores",
+        "soft_topk", "soft_topk_sum", "trace_grad_recursive", "vjp",
+    )},
+    **{name: "topk_cli.errors" for name in (
+        "InputError", "InvalidArgumentError", "NumericalFailureError", "RowFailure", "SoftTopKError",
+        "UnknownMethodError",
+    )},
+    **{name: "topk_cli.registry" for name in (
+        "ALIASES", "METHODS", "Capabilities", "Guarantees", "MethodSpec", "ParamSpec",
+    )},
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'topk_cli' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -12,17 +12,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 from typer.core import TyperGroup
 
 from topk_cli import __version__
-from topk_cli.api import DEFAULT_METHOD
 from topk_cli.errors import InputError, SoftTopKError, UnknownMethodError
-from topk_cli.inputs import LoadedInput, load_input
 from topk_cli.output import write_bytes, write_text
-from topk_cli.registry import METHODS, lookup
 from topk_cli.render.common import FIT_WIDTH, OutputFormat, terminal_width
 
 
@@ -110,6 +107,10 @@ def _silence_stdout() -> None:
     except (OSError, ValueError, AttributeError):
         pass
 
+if TYPE_CHECKING:
+    from topk_cli.inputs import LoadedInput
+# numpy, the operators and the registry are imported inside the commands that use them, so
+# parsing the arguments (and --version, --help) stays about as fast as starting Python.
 
 app = typer.Typer(
     cls=SoftTopKGroup,
@@ -175,6 +176,15 @@ OutputOpt = Annotated[
 ]
 SeedOpt = Annotated[
     int, typer.Option("--seed", help="Seed of the random generator, >= 0 (results are deterministic).")
+]
+JobsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--jobs", "-j",
+        help="Processes the grid is spread over (default: the cores available; 1 runs in-process). "
+        "Results are identical for every value.",
+        show_default=False,
+    ),
 ]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when a failure is found (for CI).")]
 HardnessOpt = Annotated[
@@ -245,6 +255,13 @@ def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
+def resolve_jobs(jobs: int | None) -> int:
+    """``--jobs``: the given count (>= 1), or the cores this process may use."""
+    from topk_cli.analysis.parallel import available_cores, check_jobs
+
+    return available_cores() if jobs is None else check_jobs(jobs)
+
+
 def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]:
     """The method names of ``-m``, in the order given; ``all`` means every method (registry order).
 
@@ -255,6 +272,8 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
         UnknownMethodError: a name not in the registry (the message suggests the closest name
             and lists the valid ones).
     """
+    from topk_cli.registry import METHODS, lookup
+
     requested = [part.strip() for name in (names or []) for part in name.split(",") if part.strip()]
     if not requested:
         requested = list(default)
@@ -288,6 +307,8 @@ def read_vectors(
         raise InputError("give either INPUT or --values, not both")
     if not inputs and values is None:
         raise InputError("no input: give a file (or '-' for stdin) or --values 3,2,1,4")
+    from topk_cli.inputs import load_input
+
     if inputs and inputs.count("-") > 1:
         raise InputError("stdin ('-') can be read only once")
     options = {"column": column, "input_format": input_format, "index_col": index_col, "sep": sep, "decimal": decimal}
@@ -378,6 +399,7 @@ def compute(
     --max-iter and --tol go to the selected methods that take them ('softtopk methods' lists
     each method's parameters); naming one that no selected method takes is an error.
     """
+    from topk_cli.api import DEFAULT_METHOD
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
@@ -440,6 +462,7 @@ def verify_properties_command(
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a property a method claims fails.")] = False,
+    jobs: JobsOpt = None,
 ) -> None:
     """Measure range, sum, monotonicity, invariances, limits, smoothness, Jacobian and finiteness.
 
@@ -470,7 +493,9 @@ def verify_properties_command(
         vectors = np.concatenate([d.values for d in loaded])
     names = resolve_methods(method, default=["all"])
     with ProgressReporter("verify-properties", enabled=stderr_is_terminal()) as progress:
-        report = verify_properties(names, vectors, k, tau=tau, trials=trials, seed=seed, progress=progress)
+        report = verify_properties(
+            names, vectors, k, tau=tau, trials=trials, seed=seed, progress=progress, jobs=resolve_jobs(jobs)
+        )
     write_text(render_properties(report, fmt, color=color_enabled() and output is None, k=k), output)
     if strict and report.claim_failures:
         for r in report.claim_failures:
@@ -573,6 +598,7 @@ def stability_probe_command(
     strict: StrictOpt = False,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
+    jobs: JobsOpt = None,
 ) -> None:
     """Map where each operator fails numerically over a grid of n, k and input spread.
 
@@ -594,7 +620,7 @@ def stability_probe_command(
     with ProgressReporter("stability-probe", enabled=stderr_is_terminal()) as progress:
         report = stability_probe(
             methods=names, ns=ns, ks=ks, scales=parse_scales(scales), dist=dist, offset=offset,
-            trials=trials, seed=seed, tau=tau, tolerance=tolerance, progress=progress,
+            trials=trials, seed=seed, tau=tau, tolerance=tolerance, progress=progress, jobs=resolve_jobs(jobs),
         )
     write_text(render_probe(report, fmt, color=color_enabled() and output is None), output)
     if strict and report.failed:

@@ -36,6 +36,7 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from topk_cli.analysis.parallel import parallel_map
 from topk_cli.api import evaluate, get_method, scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
@@ -436,6 +437,53 @@ def _first(scales: Sequence[float], counts: Sequence[int]) -> float | None:
     return next((s for s, c in zip(scales, counts, strict=True) if c > 0), None)
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """One (n, scale) unit of the probe's grid: everything its cells depend on."""
+
+    names: tuple[str, ...]
+    n: int
+    ks: tuple[int, ...]
+    scale: float
+    dist: str
+    offset: float
+    trials: int
+    seed: int
+    tau: float
+    tolerance: float
+
+
+def _run_unit(u: _Unit) -> list[CellResult]:
+    """The cells of one (n, scale) unit; a pure function of ``u`` (draws keyed by seed, n, dist)."""
+    draws = draw_scores(u.n, u.trials, dist=u.dist, seed=u.seed)
+    with np.errstate(over="ignore"):  # an overflow is refused just below
+        x = u.offset + u.scale * draws
+    if not np.isfinite(x).all():
+        raise InvalidArgumentError(f"offset + scale * draw overflows float64 (scale={u.scale:g})")
+    z = scaled_scores(x, 1, tau=u.tau)
+    # one O(n kmax) log-space program per (n, scale), shared by every k and method
+    ctx = ReferenceContext(z, max(u.ks))
+    cells = []
+    for k in u.ks:
+        for method in u.names:
+            spec = get_method(method)
+            try:
+                batch = _classify(spec, x, z, k, u.tau, u.tolerance, ctx)
+                detection = _detect(spec, z, k, ctx)
+            except MemoryError as exc:  # the estimate above covers the probe, not every method
+                raise InvalidArgumentError(
+                    f"the cell n={u.n}, k={k} with {u.trials} trials needs more memory than is available "
+                    f"for method {method!r} ({exc}); use fewer trials or smaller n or k"
+                ) from None
+            cells.append(CellResult(
+                method=method, n=u.n, k=k, scale=u.scale, trials=u.trials,
+                failures=int(batch.failed.sum()),
+                kinds=dict(batch.kinds), unclaimed=dict(batch.unclaimed),
+                max_error=batch.max_error, detection=detection,
+            ))
+    return cells
+
+
 def stability_probe(
     *,
     methods: Sequence[str] = DEFAULT_METHODS,
@@ -449,6 +497,7 @@ def stability_probe(
     tau: float = 1.0,
     tolerance: float = 1e-9,
     progress: Callable[[int, int], None] | None = None,
+    jobs: int = 1,
 ) -> ProbeReport:
     """Evaluate ``methods`` on ``x = offset + scale * draw`` over an (n, k, scale) grid.
 
@@ -457,7 +506,8 @@ def stability_probe(
     model (``grad-recursive``) the traced failure level and the predicted one. ``ks`` entries are integers
     or fractions of n (``"0.1n"``); k > n is skipped. Draws are keyed by ``(seed, n, dist)``
     and shared by every k and scale (paired comparisons; deterministic for a seed).
-    ``progress(done, total)`` is called after each (n, scale) unit.
+    ``progress(done, total)`` is called after each (n, scale) unit. The units run on ``jobs``
+    processes (1: in-process); the report is identical for every ``jobs``.
 
     Raises:
         InvalidArgumentError: unknown method or distribution, bad n, k, scale, trials, tau,
@@ -499,41 +549,14 @@ def stability_probe(
     if not any(grid.values()):
         raise InvalidArgumentError(f"no cell on the grid: every k in {list(k_specs)} exceeds every n in {list(n_list)}")
     _check_memory(names, grid, int(trials))
-    total = sum(len(scale_list) for n in n_list if grid[n])
-    done = 0
+    units = [
+        _Unit(names, n, tuple(grid[n]), scale, dist, float(offset), int(trials), int(seed), float(tau), float(tolerance))
+        for n in n_list if grid[n] for scale in scale_list
+    ]
     found: dict[tuple[str, int, int, float], CellResult] = {}
-    for n in n_list:
-        if not grid[n]:
-            continue
-        draws = draw_scores(n, trials, dist=dist, seed=seed)
-        for scale in scale_list:
-            with np.errstate(over="ignore"):  # an overflow is refused just below
-                x = offset + scale * draws
-            if not np.isfinite(x).all():
-                raise InvalidArgumentError(f"offset + scale * draw overflows float64 (scale={scale:g})")
-            z = scaled_scores(x, 1, tau=tau)
-            # one O(n kmax) log-space program per (n, scale), shared by every k and method
-            ctx = ReferenceContext(z, max(grid[n]))
-            for k in grid[n]:
-                for method in names:
-                    spec = get_method(method)
-                    try:
-                        batch = _classify(spec, x, z, k, tau, tolerance, ctx)
-                        detection = _detect(spec, z, k, ctx)
-                    except MemoryError as exc:  # the estimate above covers the probe, not every method
-                        raise InvalidArgumentError(
-                            f"the cell n={n}, k={k} with {trials} trials needs more memory than is available "
-                            f"for method {method!r} ({exc}); use fewer trials or smaller n or k"
-                        ) from None
-                    found[(method, n, k, scale)] = CellResult(
-                        method=method, n=n, k=k, scale=scale, trials=trials,
-                        failures=int(batch.failed.sum()),
-                        kinds=dict(batch.kinds), unclaimed=dict(batch.unclaimed),
-                        max_error=batch.max_error, detection=detection,
-                    )
-            done += 1
-            if progress is not None:
-                progress(done, total)
+    for unit_cells in parallel_map(_run_unit, units, jobs=jobs, progress=progress):
+        for cell in unit_cells:
+            found[(cell.method, cell.n, cell.k, cell.scale)] = cell
     cells = tuple(found[key] for key in sorted(found, key=lambda t: (names.index(t[0]), t[1], t[2], t[3])))
     boundaries = []
     for method in names:

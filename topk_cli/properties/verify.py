@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from topk_cli.analysis.parallel import parallel_map
 from topk_cli.api import get_method
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
@@ -19,6 +20,7 @@ from topk_cli.properties.results import (
     SUITE_SIZES,
     SUITE_SPREADS,
     Case,
+    PropertyResult,
     VerifyReport,
 )
 from topk_cli.registry import METHODS
@@ -113,6 +115,13 @@ def cases_from_vectors(vectors: ArrayLike, k: int | None = None, *, tau: float =
     return tuple(cases)
 
 
+def _check_method(unit: tuple[str, tuple[str, ...], tuple[Case, ...]]) -> list[PropertyResult]:
+    """Every property of one method on ``cases``, with the method's own memoising evaluator."""
+    name, props, cases = unit
+    evaluator = Evaluator()  # shared by the checks of this method, dropped at its end
+    return [CHECKS[prop](name, cases, evaluator=evaluator) for prop in props]
+
+
 def verify_properties(
     methods: Sequence[str] | None = None,
     vectors: ArrayLike | None = None,
@@ -123,6 +132,7 @@ def verify_properties(
     seed: int = 0,
     properties: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    jobs: int = 1,
 ) -> VerifyReport:
     """Measure every property of every method on ``vectors`` or the default suite.
 
@@ -133,7 +143,9 @@ def verify_properties(
         tau: temperature of the user vectors (the suite uses 1; ``hard-limit`` picks its own).
         trials, seed: size and seed of the default suite.
         properties: a subset of :data:`PROPERTIES` (default: all).
-        progress: called with ``(done, total)`` after each (method, property).
+        progress: called with ``(done, total)`` after each method.
+        jobs: processes the methods are spread over (1: in-process); results are identical for
+            every ``jobs`` (each method gets its own evaluator, as with one process).
 
     Raises:
         InvalidArgumentError: unknown method or property, bad k, trials or vectors.
@@ -155,14 +167,9 @@ def verify_properties(
     else:
         cases = cases_from_vectors(vectors, k, tau=tau)
         source = "input"
-    results = []
-    total = len(names) * len(props)
-    evaluator = Evaluator()  # shared by every check of this run, dropped at its end
-    for a, name in enumerate(names):
-        for b, prop in enumerate(props):
-            results.append(CHECKS[prop](name, cases, evaluator=evaluator))
-            if progress is not None:
-                progress(a * len(props) + b + 1, total)
+    units = [(name, props, cases) for name in names]
+    per_method = parallel_map(_check_method, units, jobs=jobs, progress=progress)
+    results = [r for method_results in per_method for r in method_results]
     return VerifyReport(
         methods=names, properties=props, cases=len(cases), results=tuple(results), source=source,
         seed=seed if vectors is None else None, trials=trials if vectors is None else None,

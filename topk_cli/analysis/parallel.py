@@ -1,0 +1,105 @@
+"""A deterministic parallel map for the grids of the analysis commands (``--jobs N``).
+
+Every unit of a grid is a pure function of its own arguments (its random draws are keyed by the
+seed and the unit, never by the order units run in), and results are returned in grid order, so
+the output is identical for every number of jobs. ``jobs == 1`` runs in-process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import TypeVar
+
+from topk_cli.errors import InvalidArgumentError, SoftTopKError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class WorkerError(SoftTopKError, RuntimeError):
+    """A worker process of a parallel grid died or raised an unexpected error."""
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS reports it)."""
+    counter = getattr(os, "process_cpu_count", None)  # Python >= 3.13
+    if counter is not None:
+        return max(1, counter() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def check_jobs(jobs: object) -> int:
+    """``jobs`` as an int >= 1, or :class:`InvalidArgumentError`."""
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise InvalidArgumentError(f"jobs must be an integer >= 1, got {jobs!r}")
+    return jobs
+
+
+def parallel_map(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    *,
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[R]:
+    """``[fn(item) for item in items]``, on up to ``jobs`` processes, in the order of ``items``.
+
+    ``fn`` must be a module-level function (it is pickled). A :class:`SoftTopKError` raised by a
+    unit is re-raised as is; any other failure of a worker becomes a :class:`WorkerError` naming
+    the unit. On an interrupt (Ctrl-C) or error, pending units are cancelled and the workers are
+    terminated before the exception propagates. ``progress(done, total)`` is called as units end.
+
+    >>> parallel_map(abs, [-2, 3, -1], jobs=1)
+    [2, 3, 1]
+    """
+    jobs = min(check_jobs(jobs), max(1, len(items)))
+    total = len(items)
+    if jobs == 1:
+        out = []
+        for i, item in enumerate(items):
+            out.append(fn(item))
+            if progress is not None:
+                progress(i + 1, total)
+        return out
+    results: dict[int, R] = {}
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
+        futures: dict[Future[R], int] = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i = futures[future]
+                try:
+                    results[i] = future.result()
+                except SoftTopKError:
+                    raise
+                except BrokenProcessPool as exc:
+                    raise WorkerError(f"a worker process died while computing unit {i + 1} of {total} ({exc}); "
+                                      "retry with --jobs 1") from None
+                except Exception as exc:  # an unexpected error inside a worker: one clear line
+                    raise WorkerError(f"unit {i + 1} of {total} failed in a worker: "
+                                      f"{type(exc).__name__}: {exc}") from None
+                if progress is not None:
+                    progress(len(results), total)
+    except BaseException:
+        _terminate(pool)
+        raise
+    pool.shutdown(wait=True)
+    return [results[i] for i in range(total)]
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and kill the workers (so no process outlives an interrupt)."""
+    processes = dict(getattr(pool, "_processes", None) or {})
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in list(processes.values()):
+        if process.is_alive():
+            process.terminate()
+    for process in list(processes.values()):
+        process.join(timeout=5)
