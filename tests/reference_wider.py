@@ -45,14 +45,23 @@ def _clip_pow(t: Any, power: int) -> Any:
 
 
 def projection(x: Sequence[float], k: int, tau: float = 1.0, *, power: int, dps: int = DPS) -> list[Any]:
-    """``clip(z - lambda, 0, 1)^power`` with ``sum = k``, ``lambda`` by 4 * dps bisection steps."""
+    """``clip(z - lambda, 0, 1)^power`` with ``sum = k``, ``lambda`` by bisection to ``dps`` digits.
+
+    ``lambda`` lies in ``[z_(k) - 1, max z]`` (``G = #{top k} >= k`` at the left end); for a spread
+    like ``|z| ~ 1e300`` the working precision and the number of steps follow the magnitude, so
+    ``lambda = -1e300 - 0.5`` is resolved (a fixed 4 * dps steps left it ~1e245 off).
+    """
     with mp.workdps(dps):
+        z0 = _z(x, tau)
+        mag = max((abs(v) for v in z0 if v != mpmath.ninf), default=mpf(0))
+    extra = int(mpmath.log10(mag + 1)) + 5
+    with mp.workdps(dps + extra):
         z = _z(x, tau)
         fin = [v for v in z if v != mpmath.ninf]
         if len(fin) == k:
             return [mpf(1) if v != mpmath.ninf else mpf(0) for v in z]
-        lo, hi = min(fin) - 2, max(fin)  # G(lo) = #fin >= k, G(hi) = 0 < k
-        for _ in range(4 * dps + 20):
+        lo, hi = sorted(fin, reverse=True)[k - 1] - 1, max(fin)  # G(lo) >= k, G(hi) = 0 < k
+        for _ in range(int(4 * (dps + extra)) + 20):
             mid = (lo + hi) / 2
             if mpmath.fsum(_clip_pow(v - mid, power) for v in fin) >= k:
                 lo = mid
