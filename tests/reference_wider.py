@@ -45,14 +45,23 @@ def _clip_pow(t: Any, power: int) -> Any:
 
 
 def projection(x: Sequence[float], k: int, tau: float = 1.0, *, power: int, dps: int = DPS) -> list[Any]:
-    """``clip(z - lambda, 0, 1)^power`` with ``sum = k``, ``lambda`` by 4 * dps bisection steps."""
+    """``clip(z - lambda, 0, 1)^power`` with ``sum = k``, ``lambda`` by bisection to ``dps`` digits.
+
+    ``lambda`` lies in ``[z_(k) - 1, max z]`` (``G = #{top k} >= k`` at the left end); for a spread
+    like ``|z| ~ 1e300`` the working precision and the number of steps follow the magnitude, so
+    ``lambda = -1e300 - 0.5`` is resolved (a fixed 4 * dps steps left it ~1e245 off).
+    """
     with mp.workdps(dps):
+        z0 = _z(x, tau)
+        mag = max((abs(v) for v in z0 if v != mpmath.ninf), default=mpf(0))
+    extra = int(mpmath.log10(mag + 1)) + 5
+    with mp.workdps(dps + extra):
         z = _z(x, tau)
         fin = [v for v in z if v != mpmath.ninf]
         if len(fin) == k:
             return [mpf(1) if v != mpmath.ninf else mpf(0) for v in z]
-        lo, hi = min(fin) - 2, max(fin)  # G(lo) = #fin >= k, G(hi) = 0 < k
-        for _ in range(4 * dps + 20):
+        lo, hi = sorted(fin, reverse=True)[k - 1] - 1, max(fin)  # G(lo) >= k, G(hi) = 0 < k
+        for _ in range(int(4 * (dps + extra)) + 20):
             mid = (lo + hi) / 2
             if mpmath.fsum(_clip_pow(v - mid, power) for v in fin) >= k:
                 lo = mid
@@ -109,27 +118,44 @@ def regularised_argmax(z: Sequence[float], k: int, q: float, *, dps: int = 30) -
 
 
 def topk_softmax(x: Sequence[float], k: int, tau: float = 1.0, *, dps: int = DPS) -> list[Any]:
-    """Ones on the ``k - 1`` largest entries (distinct values assumed), softmax of the others."""
+    """Ones on the ``k - 1`` largest entries, softmax of the others (ties: see the complement form)."""
     return topk_softmax_with_complement(x, k, tau, dps=dps)[0]
 
 
 def topk_softmax_with_complement(x: Sequence[float], k: int, tau: float = 1.0, *,
                                  dps: int = DPS) -> tuple[list[Any], list[Any]]:
-    """``(p, 1 - p)``, the complement of a soft entry summed over the other soft entries."""
+    """``(p, 1 - p)``, the complement of a soft entry summed over the other soft entries.
+
+    Where tied entries straddle the ``k - 1`` hard ones the map is discontinuous; equal inputs get
+    equal outputs by averaging over every choice of which tied entries are hard (the mean over all
+    orderings of the ties, by symmetry).
+    """
+    import itertools
+
     with mp.workdps(dps):
         z = _z(x, tau)
-        order = sorted(range(len(z)), key=lambda i: z[i], reverse=True)
-        hard = set(order[: k - 1])
-        rest = [i for i in range(len(z)) if i not in hard and z[i] != mpmath.ninf]
-        total = mpmath.fsum(mpmath.exp(z[i]) for i in rest)
+        fin = [i for i in range(len(z)) if z[i] != mpmath.ninf]
+        if k <= 1:
+            choices: list[set[int]] = [set()]
+        else:
+            cut = sorted((z[i] for i in fin), reverse=True)[k - 2]  # value of the last hard entry
+            above = {i for i in fin if z[i] > cut}
+            tied = [i for i in fin if z[i] == cut]
+            choices = [above | set(c) for c in itertools.combinations(tied, k - 1 - len(above))]
         out = [mpf(0)] * len(z)
-        comp = [mpf(1)] * len(z)
-        for i in hard:
-            out[i], comp[i] = mpf(1), mpf(0)
-        for i in rest:
-            out[i] = mpmath.exp(z[i]) / total
-            comp[i] = mpmath.fsum(mpmath.exp(z[j]) for j in rest if j != i) / total
-        return out, comp
+        comp = [mpf(0)] * len(z)
+        for hard in choices:
+            rest = [i for i in fin if i not in hard]
+            total = mpmath.fsum(mpmath.exp(z[i]) for i in rest)
+            for i in range(len(z)):
+                if i in hard:
+                    out[i] += 1
+                elif i in rest:
+                    out[i] += mpmath.exp(z[i]) / total
+                    comp[i] += mpmath.fsum(mpmath.exp(z[j]) for j in rest if j != i) / total
+                else:
+                    comp[i] += 1
+        return [v / len(choices) for v in out], [v / len(choices) for v in comp]
 
 
 # ---------------------------------------------------------------------------------------------

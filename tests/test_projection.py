@@ -181,3 +181,28 @@ def test_hard_limit_is_exact_for_a_finite_gap(name: str) -> None:
     x = np.array([0.3, 2.0, -1.0, 1.1])
     z = scaled_scores(x, 2, tau=0.5)
     np.testing.assert_array_equal(forward(z, 2).p, [[0.0, 1.0, 0.0, 1.0]])
+
+
+@pytest.mark.parametrize("method", ["thre-clip", "thre-cube"])
+@pytest.mark.parametrize("tau", [1e-20, 1e-300])
+def test_breakpoints_beyond_2_53_are_exact(method: str, tau: float) -> None:
+    """z = (-1e20, -1e20, 0): lambda = -1e20 - 0.5 is not representable and z - lambda used to
+    round to 0, returning (0, 0, 1) (sum 1, not k = 2) with status "ok"; exact: (1/2, 1/2, 1)."""
+    import topk_cli as st
+
+    res = st.evaluate([0.0, 0.0, 1.0], 2, method, tau=tau)
+    assert res.status == "ok"
+    np.testing.assert_allclose(res.weights, [0.5, 0.5, 1.0], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(res.complement, [0.5, 0.5, 0.0], rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("method", ["thre-clip", "thre-cube"])
+def test_weights_sum_to_k_at_huge_offsets(method: str) -> None:
+    import topk_cli as st
+
+    x = np.array([[0.0, 0.0, 1.0, 1.0, 3.0], [2.0, 2.0, 2.0, 0.0, 5.0]])
+    for tau in (1e-17, 1e-20, 1e-200):
+        for k in (1, 2, 3, 4):
+            res = st.evaluate(x, k, method, tau=tau)
+            assert (res.status == "ok").all()
+            np.testing.assert_allclose(res.weights.sum(axis=1), k, rtol=1e-14)

@@ -75,3 +75,15 @@ def test_discontinuous_where_the_k_minus_1th_and_kth_entries_swap() -> None:
     assert above[1] == 1.0
     assert below[1] < 0.75  # e^0 / (e^0 + e^-1) = 0.731
     assert above[1] - below[1] > 0.25
+
+
+@pytest.mark.parametrize("tau", [1e-20, 1e-300])
+def test_soft_part_is_shifted_before_the_log_sum(tau: float) -> None:
+    """z = (-1e20, -1e20, 0), k = 2: log(e^z1 + e^z2) = -1e20 + log 2 rounds to -1e20 and the two
+    soft weights came out 1 each (sum 3, not k = 2) with status "ok"; exact: (1/2, 1/2, 1)."""
+    import topk_cli as st
+
+    res = st.evaluate([0.0, 0.0, 1.0], 2, "topk-softmax", tau=tau)
+    assert res.status == "ok"
+    np.testing.assert_allclose(res.weights, [0.5, 0.5, 1.0], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(res.complement, [0.5, 0.5, 0.0], rtol=0, atol=1e-15)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
 from topk_cli.operators.threshold import (
     _fill_saturated,
     _saturated_rows,
@@ -61,41 +61,74 @@ def _take(a: FloatArray, idx: np.ndarray) -> FloatArray:
     return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
 
 
-def _g(z: FloatArray, t: FloatArray, power: int) -> FloatArray:
-    """``sum_i clip(z_i - t, 0, 1)^power`` per row (masked entries contribute 0)."""
-    c = np.clip(z - t[:, None], 0.0, 1.0)
+def _g(u: FloatArray, power: int) -> FloatArray:
+    """``sum_i clip(u_i, 0, 1)^power`` per row, ``u = z - t`` (masked entries contribute 0)."""
+    c = np.clip(u, 0.0, 1.0)
     return (c**power if power != 1 else c).sum(axis=1)
 
 
-def _root_interval(z: FloatArray, k: int, power: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
-    """``(lo, hi, exact)``: ``lambda`` lies in ``[lo, hi)``; ``exact`` rows have ``lambda = lo``.
+def _breakpoints(z: FloatArray) -> tuple[np.ndarray, np.ndarray]:
+    """``(idx, off)`` of the breakpoints ``z_idx - off`` (``off`` 0 or 1), sorted descending exactly.
+
+    ``z_i - 1`` is not representable for ``|z_i| >= 2^53`` (it rounds to ``z_i``): the breakpoints
+    are kept as (entry, offset) pairs and ordered by the exact value of ``z_i - off``, written as the
+    unevaluated sum ``s + e`` of TwoSum (Knuth) and sorted lexicographically on ``(s, e)``.
+    """
+    n = z.shape[1]
+    zz = np.concatenate([z, z], axis=1)
+    off = np.concatenate([np.zeros_like(z), np.ones_like(z)], axis=1)
+    with np.errstate(invalid="ignore"):  # masked entries: -inf - (-inf)
+        s = zz - off
+        bb = s - zz
+        e = (zz - (s - bb)) + (-off - bb)
+    e = np.where(np.isfinite(s), e, 0.0)
+    order = np.lexsort((-e, -s), axis=1)  # descending on s, then on e
+    return order % n, np.take_along_axis(off, order, axis=1)
+
+
+def _relative(z: FloatArray, idx: np.ndarray, off: np.ndarray) -> FloatArray:
+    """``z - (z_idx - off)`` per row, computed as ``(z - z_idx) + off`` (no rounding of the breakpoint)."""
+    with np.errstate(invalid="ignore"):  # masked entries: -inf
+        return (z - _take(z, idx)[:, None]) + off[:, None]
+
+
+def _root_interval(z: FloatArray, k: int, power: int) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
+    """``(lo, u, width, exact)``: ``lambda`` lies in ``[lo, lo + width)``; ``exact`` rows have ``lambda = lo``.
 
     ``lo`` and ``hi`` are consecutive breakpoints (``z_i`` or ``z_i - 1``, sorted descending):
     ``G(hi) < k <= G(lo)``. The first breakpoint is the row maximum 0, where ``G = 0 < k``.
+    ``u = z - lo`` and ``width = hi - lo`` are computed from the breakpoints' entries and offsets, so
+    they keep full precision even where ``lo`` itself is rounded (``lo`` is returned only for
+    ``lambda``).
     """
     n_fin = np.isfinite(z).sum(axis=1)
-    bp = -np.sort(-np.concatenate([z, z - 1.0], axis=1), axis=1)  # descending, -inf last
+    bidx, boff = _breakpoints(z)
     lo_idx = np.ones(z.shape[0], dtype=np.int64)  # smallest j with G(bp_j) >= k lies in [1, 2 n_fin - 1]
     hi_idx = 2 * n_fin - 1
     rows = np.flatnonzero(lo_idx < hi_idx)
     while rows.size:
         mid = (lo_idx[rows] + hi_idx[rows]) // 2
-        below = _g(z[rows], _take(bp[rows], mid), power) < k
+        u_mid = _relative(z[rows], _take(bidx[rows], mid), _take(boff[rows], mid))
+        below = _g(u_mid, power) < k
         lo_idx[rows] = np.where(below, mid + 1, lo_idx[rows])
         hi_idx[rows] = np.where(below, hi_idx[rows], mid)
         rows = rows[lo_idx[rows] < hi_idx[rows]]
-    lo = _take(bp, lo_idx)
-    hi = _take(bp, lo_idx - 1)
-    exact = _g(z, lo, power) == k
-    return lo, hi, exact
+    i_lo, o_lo = _take(bidx, lo_idx), _take(boff, lo_idx)
+    i_hi, o_hi = _take(bidx, lo_idx - 1), _take(boff, lo_idx - 1)
+    u = _relative(z, i_lo, o_lo)
+    with np.errstate(invalid="ignore"):
+        width = (_take(z, i_hi) - _take(z, i_lo)) - (o_hi - o_lo)
+        lo = _take(z, i_lo) - o_lo
+    exact = _g(u, power) == k
+    return lo, u, width, exact
 
 
 def _projection_forward(z: FloatArray, k: int, power: int) -> Forward:
     """Shared forward of ``thre-clip`` (``power = 1``) and ``thre-cube`` (``power = 3``)."""
     sat_rows = _saturated_rows(z, k)
-    lo, hi, exact = _root_interval(z, k, power)
-    width = np.where(exact, 0.0, hi - lo)
-    u = z - lo[:, None]  # t = u - delta, delta = lambda - lo in [0, width]
+    lo, u, width, exact = _root_interval(z, k, power)
+    width = np.where(exact | ~np.isfinite(width), 0.0, width)
+    # t = u - delta, delta = lambda - lo in [0, width]
     mid = 0.5 * width
     with np.errstate(invalid="ignore"):  # masked entries: -inf compares False
         free = (u > mid[:, None]) & (u - mid[:, None] < 1.0)
@@ -136,7 +169,15 @@ def _projection_forward(z: FloatArray, k: int, power: int) -> Forward:
         d = np.where(inside, 3.0 * c * c, 0.0)
     lam = lo + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
-    return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
+    # a row whose weights miss sum p = k (beyond the rounding of the sum) is never returned "ok"
+    slack = 8.0 * _EPS * k * max(z.shape[1], 1)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(np.where(np.isfinite(z), p, 0.0).sum(axis=1) - k) <= slack)
+    if not bad.any():
+        return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
+    code = np.where(bad, "no-convergence", OK).astype("<U16")
+    messages = {int(b): f"the weights sum to {p[b].sum()!r}, not k = {k}" for b in np.flatnonzero(bad)}
+    return Forward(p=p, q=q, code=code, messages=messages, aux={"lambda": lam, "d": d})
 
 
 def thre_clip_forward(z: FloatArray, k: int) -> Forward:

@@ -50,7 +50,10 @@ def topk_softmax_forward(z: FloatArray, k: int) -> Forward:
     """
     hard = _hard_set(z, k)
     rest = np.where(hard, -np.inf, z)
-    total = logsumexp(rest)[:, None]  # finite: at least one unmasked entry is soft
+    # shift by the largest soft entry first: at |z| ~ 1e20, log(sum) = max + log(2) rounds to max
+    # and the soft weights came out 1 each (sum p = k + 1)
+    rest = rest - rest.max(axis=1, keepdims=True)  # finite max: at least one unmasked entry is soft
+    total = logsumexp(rest)[:, None]
     with np.errstate(under="ignore"):  # far entries get weight 0, as they should
         soft = np.exp(rest - total)
         others = np.exp(logsumexp_exclusive(rest) - total)
