@@ -22,9 +22,10 @@ from topk_cli.api import scaled_scores
 from topk_cli.errors import NumericalFailureError
 
 METHODS = list(st.METHODS)
-#: Methods merged in just before this suite landed, on which it fails at tiny tau: not triaged yet
-#: (a defect of the method, of its reference, or a stated accuracy this suite does not know).
-UNTRIAGED = {"thre-clip", "thre-cube", "ot-sinkhorn", "perturbed", "topk-softmax"}
+#: Methods on which this suite still fails at tiny tau. Triaged so far: the reference is at fault
+#: (an unconverged high-precision Sinkhorn; a Monte-Carlo estimate judged at 1e-12 instead of its
+#: standard errors, and a quadrature that overflows). Fixing those references is open work.
+UNTRIAGED = {"ot-sinkhorn", "perturbed"}
 
 
 def _methods_with_untriaged() -> list[object]:
