@@ -26,7 +26,7 @@ DIFFERENTIABLE = [name for name in SMOOTH if not st.METHODS[name].capabilities.m
 EXACT = [
     name for name, spec in st.METHODS.items()
     if spec.family != "baseline" and spec.guarantees.monotone_weak and spec.guarantees.hard_limit
-    and spec.guarantees.finite
+    and spec.guarantees.finite and not spec.capabilities.monte_carlo
 ]
 
 
