@@ -231,8 +231,45 @@ def _ncdf(d: Any) -> Any:
     return mpmath.ncdf(d)
 
 
+#: Entries of z whose sorted values are more than this apart are split into clusters: an entry of
+#: a cluster wholly above the k-th largest one's is selected except with probability at most
+#: ``n Phi(-GAP / sqrt 2)`` (~1e-98), so it is given weight 1 (and 0 below); only the cluster that
+#: holds the boundary needs the quadrature, on its values shifted by its maximum (exact in mpmath)
+#: at a precision that no longer has to follow |z| ~ 1e300.
+CLUSTER_GAP = 30
+
+
 def perturbed_z(z: Sequence[Any], k: int, *, dps: int = 25) -> list[Any]:
-    """Exact ``E[T_k(z + Z)]`` for finite ``z`` (a list of mpf), Z standard Gaussian.
+    """Exact ``E[T_k(z + Z)]`` for finite ``z`` (a list of mpf), Z standard Gaussian, to about
+    ``1e-98`` (see :data:`CLUSTER_GAP`) or ``dps`` digits."""
+    n = len(z)
+    order = sorted(range(n), key=lambda i: z[i], reverse=True)
+    clusters: list[list[int]] = [[order[0]]]
+    for a, b in zip(order, order[1:]):
+        if z[a] - z[b] > CLUSTER_GAP:  # mpf from float64: the difference is exact at this precision
+            clusters.append([])
+        clusters[-1].append(b)
+    if len(clusters) == 1:
+        return _perturbed_quad(z, k, dps=dps)
+    out: list[Any] = [mpf(0)] * n
+    above = 0
+    for members in clusters:
+        if above + len(members) <= k:  # wholly inside the top k
+            for i in members:
+                out[i] = mpf(1)
+        elif above < k:  # the boundary cluster: k - above of its entries are selected
+            with mp.workdps(dps + int(mpmath.log10(max(abs(mpf(v)) for v in z) + 1)) + 5):
+                top = z[members[0]]
+                shifted = [z[i] - top for i in members]
+            inner = perturbed_z(shifted, k - above, dps=dps)
+            for i, v in zip(members, inner):
+                out[i] = v
+        above += len(members)
+    return out
+
+
+def _perturbed_quad(z: Sequence[Any], k: int, *, dps: int = 25) -> list[Any]:
+    """Exact ``E[T_k(z + Z)]`` by quadrature (see :func:`perturbed_z`).
 
     The working precision follows ``|z|``: at ``z ~ 1e300`` the window ``z_i +- 12`` must not round
     to ``z_i``."""
@@ -251,7 +288,7 @@ def perturbed_z(z: Sequence[Any], k: int, *, dps: int = 25) -> list[Any]:
             # around z_i, not [min z - 12, max z + 12], which at |z| ~ 1e300 overflowed the quadrature
             lo, hi = z[i] - 12, z[i] + 12
             pts = sorted({lo, *[mpf(v) for v in z if lo < v < hi], hi})
-            out.append(mpmath.quad(integrand, pts))
+            out.append(mpmath.quad(integrand, pts, method="gauss-legendre"))  # smooth: 2.5x fewer nodes
         return out
 
 
