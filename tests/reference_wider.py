@@ -19,6 +19,7 @@ Every function takes floats ``x``, ``k``, ``tau`` and works on ``z = (x - max x)
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -245,8 +246,8 @@ def perturbed_z(z: Sequence[Any], k: int, *, dps: int = 25) -> list[Any]:
     n = len(z)
     order = sorted(range(n), key=lambda i: z[i], reverse=True)
     clusters: list[list[int]] = [[order[0]]]
-    for a, b in zip(order, order[1:]):
-        if z[a] - z[b] > CLUSTER_GAP:  # mpf from float64: the difference is exact at this precision
+    for a, b in itertools.pairwise(order):
+        if z[a] - z[b] > CLUSTER_GAP:  # rounded at |z| ~ 1e300, but only its size near 30 matters
             clusters.append([])
         clusters[-1].append(b)
     if len(clusters) == 1:
