@@ -375,7 +375,7 @@ def sinkhorn_fixed_point(x: Sequence[float], k: int, tau: float = 1.0, *, dps: i
         af = np.array([float(v) for v in a])
         lo = -float(af.max()) - math.log(m) - 5.0
         hi = -float(af.min()) + math.log(m) + 5.0
-        for _ in range(200):
+        for _ in range(2200):  # to adjacent floats: the bracket can start 1e300 wide (~2100 halvings)
             mid = 0.5 * (lo + hi)
             if not lo < mid < hi:
                 break
@@ -404,6 +404,9 @@ def sinkhorn_fixed_point(x: Sequence[float], k: int, tau: float = 1.0, *, dps: i
                 h = new
                 break
             h = new
+        else:  # never return an unconverged reference (200 float halvings left x = (0, 1, 1, 1),
+            # k = 2, tau = 1e-300 at 0.6675 each, summing to 2.0024)
+            raise RuntimeError(f"sinkhorn_fixed_point did not converge: bracket {hi_m - lo_m}")
         p_fin = [1 / (1 + mpmath.exp(-(h + v))) for v in a]
         out, pos = [], 0
         for v in z:
