@@ -378,18 +378,19 @@ def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray,
         sel = rows[fast]
         a_sel = a if sel.size == a.shape[0] else a[sel]
         u = np.exp(delta[sel] - delta0[sel])[:, None]
-        inv = a_sel + u
-        np.reciprocal(inv, out=inv)
-        pa = a_sel * inv
-        qa = np.multiply(inv, u, out=inv)
+        # w = min(p, q) = min(a, u) / (a + u) <= 1/2 on every entry: q where t >= 0, p below.
+        w = np.minimum(a_sel, u)
+        den = np.add(a_sel, u)
+        np.divide(w, den, out=w)
         if clipped is not None:
-            qa[clipped if sel.size == a.shape[0] else clipped[sel]] = 0.0
-        up = a_sel >= u  # t >= 0
-        terms = np.multiply(pa, ~up)
-        terms -= np.multiply(qa, up)  # exact: the subtraction meets a 0 on every entry
-        resid[fast] = (np.count_nonzero(up, axis=1) - k) + terms.sum(axis=1)
-        pa *= qa
-        slope[fast] = pa.sum(axis=1)
+            w[clipped if sel.size == a.shape[0] else clipped[sel]] = 0.0
+        up = a_sel >= u
+        total = w.sum(axis=1)
+        w_up = np.multiply(w, up, out=den).sum(axis=1)
+        # (#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q, every term below 1/2 in size
+        resid[fast] = (np.count_nonzero(up, axis=1) - k) + ((total - w_up) - w_up)
+        # p q = w (1 - w) on every entry; w <= 1/2 keeps the difference within a factor 2
+        slope[fast] = total - np.einsum("ij,ij->i", w, w)
     if not fast.all():
         sel = rows[~fast]
         t = zr[sel] - delta[sel, None]
@@ -443,7 +444,9 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         over = a > 700.0
         over_rows = over.any(axis=1)
         np.minimum(a, 700.0, out=a)
-        np.putmask(a, a < -700.0, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
+        under = a < -700.0
+        under_rows = under.any(axis=1) if under.any() else None
+        np.putmask(a, under, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
         np.exp(a, out=a)
     clipped = over if over_rows.any() else None
     iters = np.zeros(b)
@@ -460,7 +463,10 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         cur = delta[active]
         new = cur + step
         tol = 8 * _EPS * (1.0 + np.abs(cur))
-        small = np.abs(step) <= tol  # at the ulp level: one more evaluation, at the new point
+        # Certified last step: |G''| <= |G'| for the sigmoid and G' changes by at most a factor
+        # e^h over a distance h, so the Newton point cur + step is within ~step^2 / 2 of the root;
+        # step^2 <= tol / 4 puts it within tol / 8, and no further evaluation is needed.
+        small = step * step <= 0.25 * tol
         inside = np.isfinite(new) & (new > lo[active]) & (new < hi[active])
         new = np.where(inside | small, new, 0.5 * (lo[active] + hi[active]))
         # a step at the ulp level is taken and ends the solve: the weights are evaluated once,
@@ -468,8 +474,25 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         done = (resid == 0) | small | (new == cur) | (hi[active] - lo[active] <= tol)
         delta[active] = np.where(done & ~small, cur, new)
         active = active[~done]
-    zr -= delta[:, None]  # t = zr - delta at the solution: the weights, elementwise
-    p, q, d = _sigmoid_parts(zr)
+    # The weights at the solution. Rows whose every entry kept its exact a_i (no clipping, not
+    # direct) reuse it: p = a / (a + u), q = u / (a + u) with u = e^{delta - delta0}, the same
+    # rounding as sigmoid(zr - delta) up to the |delta - delta0| <= 0.7 moved into u. Other rows
+    # take t = zr - delta directly.
+    exact_a = ~direct
+    if clipped is not None:
+        exact_a &= ~over_rows
+    if under_rows is not None:
+        exact_a &= ~under_rows
+    if exact_a.all():
+        u = np.exp(delta - delta0)[:, None]
+        den = np.add(a, u)
+        np.reciprocal(den, out=den)
+        p = np.multiply(a, den, out=a)
+        q = np.multiply(den, u, out=den)
+        d = p * q
+    else:
+        zr -= delta[:, None]  # t = zr - delta at the solution: the weights, elementwise
+        p, q, d = _sigmoid_parts(zr)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters})
