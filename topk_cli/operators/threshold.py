@@ -360,6 +360,15 @@ def _sigmoid_parts(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     return _select(pos, r, small), _select(pos, small, r), d
 
 
+def _sigmoid_from_a(a: FloatArray, u: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``(a / (a + u), u / (a + u), their product)``; overwrites ``a``."""
+    den = np.add(a, u)
+    np.reciprocal(den, out=den)
+    p = np.multiply(a, den, out=a)
+    q = np.multiply(den, u, out=den)
+    return p, q, p * q
+
+
 def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray, delta: FloatArray,
                       delta0: FloatArray, direct: np.ndarray, rows: np.ndarray,
                       k: int) -> tuple[FloatArray, FloatArray]:
@@ -441,14 +450,16 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     direct = half_width > 1.0
     with np.errstate(under="ignore"):
         a = np.subtract(zr, delta0[:, None])
-        over = a > 700.0
-        over_rows = over.any(axis=1)
-        np.minimum(a, 700.0, out=a)
-        under = a < -700.0
-        under_rows = under.any(axis=1) if under.any() else None
-        np.putmask(a, under, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
+        # the masks are only built when a row reaches beyond +-700 (two cheap reductions tell)
+        over_rows = np.max(a, axis=1) > 700.0
+        clipped: np.ndarray | None = None
+        if over_rows.any():
+            clipped = a > 700.0
+            np.minimum(a, 700.0, out=a)
+        under_rows = np.min(a, axis=1) < -700.0
+        if under_rows.any():
+            np.putmask(a, a < -700.0, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
         np.exp(a, out=a)
-    clipped = over if over_rows.any() else None
     iters = np.zeros(b)
     active = np.flatnonzero(~sat_rows)
     for it in range(1, SIGMOID_MAX_ITER + 1):
@@ -477,22 +488,18 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     # The weights at the solution. Rows whose every entry kept its exact a_i (no clipping, not
     # direct) reuse it: p = a / (a + u), q = u / (a + u) with u = e^{delta - delta0}, the same
     # rounding as sigmoid(zr - delta) up to the |delta - delta0| <= 0.7 moved into u. Other rows
-    # take t = zr - delta directly.
-    exact_a = ~direct
-    if clipped is not None:
-        exact_a &= ~over_rows
-    if under_rows is not None:
-        exact_a &= ~under_rows
+    # take t = zr - delta directly. The choice is made per row, so a row's weights do not
+    # depend on the other rows of its batch.
+    exact_a = ~(direct | over_rows | under_rows)
+    u = np.exp(delta - delta0)[:, None]
     if exact_a.all():
-        u = np.exp(delta - delta0)[:, None]
-        den = np.add(a, u)
-        np.reciprocal(den, out=den)
-        p = np.multiply(a, den, out=a)
-        q = np.multiply(den, u, out=den)
-        d = p * q
+        p, q, d = _sigmoid_from_a(a, u)
     else:
-        zr -= delta[:, None]  # t = zr - delta at the solution: the weights, elementwise
-        p, q, d = _sigmoid_parts(zr)
+        p, q, d = np.empty_like(a), np.empty_like(a), np.empty_like(a)
+        rows_a, rows_t = np.flatnonzero(exact_a), np.flatnonzero(~exact_a)
+        p[rows_a], q[rows_a], d[rows_a] = _sigmoid_from_a(a[rows_a], u[rows_a])
+        t = zr[rows_t] - delta[rows_t, None]  # t = zr - delta at the solution, elementwise
+        p[rows_t], q[rows_t], d[rows_t] = _sigmoid_parts(t)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters})
