@@ -317,6 +317,35 @@ def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
 
 
+def _laplace_guess_log(top: FloatArray, s_last: FloatArray, t0: FloatArray) -> FloatArray:
+    """``G(s_j)`` from ``a = log sum_{i<=j} e^{-s_i}`` and ``c = log sum_{i>j} e^{s_i}``, any spread."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):  # empty sums
+        log_tail = np.where(t0 > 0, s_last + np.log(np.where(t0 > 0, t0, 1.0)), -np.inf)
+        neg = np.where(np.isfinite(top), -top, -np.inf)
+        a = np.logaddexp.accumulate(neg, axis=1)
+        seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
+        c = np.logaddexp.accumulate(seq, axis=1)[:, -2::-1]  # c[:, j] = log sum_{i > j}
+        return np.arange(1, top.shape[1] + 1) - 0.5 * np.exp(top + a) + 0.5 * np.exp(c - top)
+
+
+def _laplace_guess_linear(top: FloatArray, s_last: FloatArray, t0: FloatArray) -> FloatArray:
+    """As :func:`_laplace_guess_log` with plain sums: for rows whose kept entries are >= -600."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):  # masked: -inf
+        e = np.exp(top)  # top <= 0: the row maximum is 0
+        a = np.cumsum(np.reciprocal(e), axis=1)  # sum_{i<=j} e^{-s_i}
+        c = np.empty_like(e)  # sum_{i>j} e^{s_i}, plus the tail
+        c[:, -1] = 0.0
+        np.cumsum(e[:, :0:-1], axis=1, out=c[:, -2::-1])
+        c += (t0 * np.exp(s_last))[:, None]
+        g = np.multiply(e, a, out=a)
+        g *= -0.5
+        np.divide(c, e, out=c)
+        c *= 0.5
+        g += c
+        g += np.arange(1, top.shape[1] + 1)
+        return g
+
+
 def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
     """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
     n = z.shape[1]
@@ -325,14 +354,13 @@ def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, n
     sat_rows = _saturated_from_top(top, k)
     n_fin = np.isfinite(top).sum(axis=1)  # min(#finite, size): what ``upper`` needs
     s_last, t0 = _tail_mass(top, tail)
-    # Log-space guess: G(s_j) from prefix sums a = log sum_{i<=j} e^{-s_i}, c = log sum_{i>j} e^{s_i}.
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):  # empty sums
-        log_tail = np.where(t0 > 0, s_last + np.log(np.where(t0 > 0, t0, 1.0)), -np.inf)
-        neg = np.where(np.isfinite(top), -top, -np.inf)
-        a = np.logaddexp.accumulate(neg, axis=1)
-        seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
-        c = np.logaddexp.accumulate(seq, axis=1)[:, -2::-1]  # c[:, j] = log sum_{i > j}
-        g_guess = np.arange(1, size + 1) - 0.5 * np.exp(top + a) + 0.5 * np.exp(c - top)
+    # A guess of G(s_j) from prefix sums (``_branch`` verifies it, so it only has to be close).
+    # Rows whose kept entries all lie within 600 of the row maximum 0 take linear space (no
+    # overflow: e^{-s_i} <= e^600), the others log space.
+    far = ((top < -600.0) & np.isfinite(top)).any(axis=1)
+    g_guess = _laplace_guess_linear(top, s_last, t0)
+    if far.any():
+        g_guess[far] = _laplace_guess_log(top[far], s_last[far], t0[far])
     upper = np.minimum(n_fin, size)
     guess = np.sum((g_guess < k) & np.isfinite(top), axis=1)
     m = _branch(top, s_last, t0, k, upper, guess, _g_laplace)
