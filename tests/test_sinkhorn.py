@@ -15,7 +15,8 @@ import reference_wider as ref
 from topk_cli.api import scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators.sinkhorn import DEFAULT_TOL, NO_CONVERGENCE, ot_sinkhorn_forward
-from topk_cli.operators.threshold import thre_sigmoid_forward, threshold_jacobian
+from topk_cli.operators.threshold import threshold_jacobian
+from topk_cli.operators.threshold_sigmoid import thre_sigmoid_forward
 
 _RNG = np.random.default_rng(13)
 CASES = [
