@@ -43,6 +43,11 @@ went unflagged; rare rows are over-estimated ~1e3-fold. Rows whose estimate exce
 crossed it, ``value`` the estimate, and the message says which round amplified the errors most
 and why).
 
+Fast path (``iterative``). The rounds are first run in plain float64 with a rigorous forward
+error bound (see :func:`~topk_cli.operators.iterative._it_fast`); only rows it proves accurate to
+well within the tolerance (``p`` to 1e-12 absolute, every ``1 - p_i`` to 1e-10 relative) are
+returned from it, the others are recomputed faithfully as above, row by row.
+
 Derivatives (with respect to ``z``; the public API divides by ``tau``): the Jacobian is forward
 mode through the ``k`` rounds, ``O(k n^2)`` per row; the VJP is reverse mode, ``O(k n)`` time
 per row but it stores the ``k`` rounds, ``O(B k n)`` memory (kept in ``Forward.aux``). Both use
