@@ -306,9 +306,10 @@ def _it_fast(z: FloatArray, k: int) -> Forward:
                 w_top = w[rows, top]
                 w[rows, top] = 0.0
                 w_rest = np.sum(w, axis=-1)
-                x = c * ady
+                x = c * ady  # (1 - s_i) a_i + sum_{j != i} s_j a_j
+                x_top = x[rows, top] + w_rest
                 x += (w_rest + w_top)[:, None]
-                x[rows, top] -= w_top
+                x[rows, top] = x_top
                 factor = np.exp(6.0 * np.max(ady, axis=-1) + 2.0 * eta + 1.01 * (n + 16) * u)
                 x *= factor[:, None]
                 x *= s
