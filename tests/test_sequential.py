@@ -503,8 +503,61 @@ def test_a_split_tie_is_flagged_not_returned(monkeypatch: pytest.MonkeyPatch) ->
         np.put_along_axis(dom, np.argmax(a, axis=-1)[:, None], True, axis=-1)
         return logsumexp_exclusive(a), dom
 
-    monkeypatch.setattr(seq, "_lse_exclusive_symmetric", asymmetric)
+    from topk_cli.operators import iterative
+
+    monkeypatch.setattr(iterative, "_lse_exclusive_symmetric", asymmetric)
     r = st.evaluate([4e6, 4e6, 4e6, 0.0], 4, "iterative")
     assert r.status.tolist() == "ill-conditioned" and np.isnan(r.weights).all()
     (failure,) = r.failures
     assert failure.value is not None and failure.value > 0.1
+
+
+# --------------------------------------------------------------------------- iterative's fast path
+
+
+def test_iterative_fast_path_is_taken_on_a_typical_batch_and_agrees_with_the_faithful_one() -> None:
+    from topk_cli.operators import iterative
+
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((8, 200))
+    z -= z.max(axis=1, keepdims=True)
+    fast = iterative.iterative_topk(z, 10)
+    slow = iterative._it_faithful(z, 10)
+    assert (fast.aux["fast"] == 1).all() and (slow.aux["fast"] == 0).all()
+    # the certified bound holds against the faithful result (itself ~1e-15 off) and is small
+    assert (np.abs(fast.p - slow.p).max(axis=-1) <= fast.aux["error_estimate"] + 1e-14).all()
+    assert fast.aux["error_estimate"].max() < 1e-12
+    np.testing.assert_allclose(fast.q, slow.q, rtol=1e-12, atol=0)
+    # the stored rounds feed the same VJP
+    v = rng.standard_normal(z.shape)
+    np.testing.assert_allclose(iterative._it_vjp(fast, z, 10, v), iterative._it_vjp(slow, z, 10, v), rtol=0, atol=1e-12)
+
+
+def test_iterative_rows_the_fast_path_cannot_certify_are_recomputed_faithfully() -> None:
+    # ties at tau = 1e-20: round 1 puts s = 1 on the 2; then y = (1 - p)(z - min z) = 0 everywhere,
+    # so round 2 splits evenly: exactly (1/3, 1/3, 4/3); z - min z = 1e20 defeats the fast bound
+    tiny = [[0.3e-20, -1.2e-20, 0.5e-20], [1.0, 1.0, 2.0], [-0.7e-20, 0.2e-20, 0.0]]
+    z = st.scaled_scores(tiny, 2, tau=1e-20)
+    from topk_cli.operators import iterative
+
+    assert iterative.iterative_topk(z, 2).aux["fast"].tolist() == [1.0, 0.0, 1.0]
+    r = st.evaluate(tiny, 2, "iterative", tau=1e-20)
+    assert r.ok
+    np.testing.assert_allclose(r.weights[1], [1 / 3, 1 / 3, 4 / 3], rtol=1e-15)
+    np.testing.assert_allclose(r.complement[1], [2 / 3, 2 / 3, -1 / 3], rtol=1e-15)
+    for b in (0, 2):
+        p_ref, q_ref = ref("iterative", tiny[b], 2, 1e-20)
+        np.testing.assert_allclose(r.weights[b], p_ref, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(r.complement[b], q_ref, rtol=1e-12)
+    # a saturated entry: 1 - p_1 = e^{-1/0.03} / (1 + e^{-1/0.03}) ~ 3e-15, which 1 - s gets ~2% wrong
+    z = st.scaled_scores([1.0, 0.0], 1, tau=0.03)
+    assert iterative.iterative_topk(z, 1).aux["fast"].tolist() == [0.0]
+    q = st.evaluate([1.0, 0.0], 1, "iterative", tau=0.03).complement
+    np.testing.assert_allclose(q, ref("iterative", [1.0, 0.0], 1, 0.03)[1], rtol=1e-12)
+    # a failed row among fast ones keeps its own index, status and message
+    mixed = [[0.3e-20, -1.2e-20, 0.5e-20, 0.1e-20], [2.0, 1.0, 2.0, 0.0]]
+    r = st.evaluate(mixed, 2, "iterative", tau=1e-20)
+    assert r.status.tolist() == ["ok", "ill-conditioned"]
+    (failure,) = r.failures
+    assert failure.row == (1,) and failure.detail.startswith("iterative: step")
+    np.testing.assert_array_equal(r.weights[0], st.evaluate(mixed[0], 2, "iterative", tau=1e-20).weights)

@@ -1,0 +1,401 @@
+"""Signed log-space arithmetic and the running rounding-error model shared by the sequential
+operators (:mod:`~topk_cli.operators.iterative`, :mod:`~topk_cli.operators.weighted_softmax`).
+
+See :mod:`~topk_cli.operators.sequential` for what the error estimate is and how it was validated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from topk_cli.errors import NumericalFailureError, RowFailure
+from topk_cli.operators._base import OK, FloatArray, Forward
+from topk_cli.operators._logspace import logsumexp
+
+_NEG_INF = -np.inf
+
+
+# --------------------------------------------------------------------------- signed log space
+
+
+def _log_diff(lpos: FloatArray, lneg: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sign, log|e^lpos - e^lneg|)``; sign 0 and log ``-inf`` when the two are equal."""
+    hi = np.maximum(lpos, lneg)
+    gap = -np.abs(lpos - lneg)
+    with np.errstate(divide="ignore", invalid="ignore"):  # equal terms: log 0 = -inf; -inf - -inf
+        near = gap > -np.log(2.0)
+        tail = np.where(near, np.log(-np.expm1(np.where(near, gap, -1.0))), np.log1p(-np.exp(gap)))
+    sign = np.sign(lpos - np.where(np.isfinite(hi), lneg, lpos))
+    sign = np.where(np.isneginf(lpos) & np.isfinite(lneg), -1.0, sign)
+    sign = np.nan_to_num(sign, nan=0.0)
+    out = np.where(sign == 0, _NEG_INF, hi + np.where(np.isfinite(hi), tail, 0.0))
+    return sign, out
+
+
+def _parts(sign: FloatArray, log_abs: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Split signed log values into positive-part and negative-part log values."""
+    return np.where(sign > 0, log_abs, _NEG_INF), np.where(sign < 0, log_abs, _NEG_INF)
+
+
+def _signed_add(
+    s1: FloatArray, l1: FloatArray, s2: FloatArray, l2: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """``(sign, log|.|)`` of the sum of two signed log values, elementwise."""
+    p1, n1 = _parts(s1, l1)
+    p2, n2 = _parts(s2, l2)
+    return _log_diff(np.logaddexp(p1, p2), np.logaddexp(n1, n2))
+
+
+def _to_linear(sign: FloatArray, log_abs: FloatArray) -> FloatArray:
+    with np.errstate(over="ignore"):  # a pole (S -> 0) overflows: reported by the caller
+        return np.where(sign == 0, 0.0, sign * np.exp(log_abs))
+
+
+def _exclusive_sum(x: FloatArray) -> FloatArray:
+    """``out[:, i] = sum_{j != i} x[:, j]`` along axis 1 of ``(B, n, C)``, accurately.
+
+    Total minus own term is accurate except for the entry of largest magnitude (the only one
+    that can dominate the total); that one is summed directly without it.
+    """
+    total = x.sum(axis=1, keepdims=True)
+    out = total - x
+    top = np.argmax(np.abs(x), axis=1)[:, None]
+    without = x.copy()
+    np.put_along_axis(without, top, 0.0, axis=1)
+    np.put_along_axis(out, top, without.sum(axis=1, keepdims=True), axis=1)
+    return out
+
+
+def _failed(
+    fwd: Forward, code: str, rows: NDArray[np.bool_], step: NDArray[np.int64], message: str | Callable[[int], str],
+    value: FloatArray | None = None,
+) -> None:
+    """Record a failure on ``rows`` that have not failed yet (first failure wins); ``step`` is the
+    1-based round, ``message`` the sentence (or ``message(b)`` the sentence for row ``b``)."""
+    if fwd.code is None or fwd.level is None or fwd.value is None:
+        b = fwd.p.shape[0]
+        fwd.code = np.full(b, OK, dtype="<U16")
+        fwd.level = np.full(b, -1, dtype=np.int64)
+        fwd.value = np.full(b, np.nan)
+    new = rows & (fwd.code == OK)
+    for b in np.flatnonzero(new):
+        fwd.code[b] = code
+        fwd.level[b] = int(step[b])
+        if value is not None:
+            fwd.value[b] = float(value[b])
+        fwd.messages[int(b)] = message if isinstance(message, str) else message(int(b))
+
+
+# --------------------------------------------------------------------------- error estimate
+
+#: Rows whose estimated absolute error of ``p`` exceeds this get code ``"ill-conditioned"`` (their
+#: weights are NaN) instead of being returned as "ok". It is the stability probe's default tolerance.
+ILL_CONDITIONED_TOLERANCE = 1e-9
+#: log of the relative size below which a cancelled difference is pure rounding noise (64 ulps)
+_LOG_NOISE = math.log(64 * np.finfo(np.float64).eps)
+
+_UNIT = float(np.finfo(np.float64).eps) / 2  # unit roundoff of float64
+_SQRT2_UNIT = float(np.sqrt(2.0)) * _UNIT
+_SAMPLES = 3  # independent random patterns of rounding errors propagated side by side
+_SAFETY = 3.0  # the estimate is the RMS over the patterns times this (see the module docstring)
+_SEED = 20240611  # fixed: the estimate, hence the status of a row, is deterministic
+_GROWTH_FLOOR = 1e3 * _UNIT  # growth is measured from here: below, new local errors dominate
+_FIX = "the operator is ill-conditioned at this input (use a larger tau or a threshold method)"
+
+
+def _times(factor: FloatArray, err: FloatArray) -> FloatArray:
+    """``factor * err`` with ``inf * 0 = 0`` (a huge factor applied to no error at all)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # the 0 * inf products are replaced below
+        out = factor * err
+    return np.where(err == 0, 0.0, out)
+
+
+def _finite(x: FloatArray) -> FloatArray:
+    """``x`` with the infinite entries (masked entries, empty log-sums) replaced by 0."""
+    return np.where(np.isfinite(x), x, 0.0)
+
+
+def _estimate(dp: FloatArray) -> FloatArray:
+    """``_SAFETY`` times the largest RMS (over the samples) of the entries' errors, per row; inf
+    for a row whose propagated errors overflowed."""
+    with np.errstate(over="ignore", invalid="ignore"):  # a blown-up estimate is inf or NaN
+        est = _SAFETY * np.sqrt(np.max(np.einsum("bic,bic->bi", dp, dp), axis=-1) / _SAMPLES)
+    return np.where(np.isnan(est), np.inf, est)
+
+
+def _average_ties(z: FloatArray, dp: FloatArray) -> FloatArray:
+    """``dp`` (``(B, n, C)``) averaged over the groups of exactly equal ``z`` of each row; ``dp``
+    itself when no row has a tie."""
+    order = np.argsort(z, axis=-1, kind="stable")
+    zs = np.take_along_axis(z, order, axis=-1)
+    starts = np.ones(z.shape, dtype=bool)
+    starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
+    if starts.all():
+        return dp
+    group = (np.cumsum(starts.ravel()) - 1).reshape(z.shape)
+    counts = np.bincount(group.ravel())
+    out = np.empty_like(dp)
+    for c in range(dp.shape[-1]):
+        sorted_dp = np.take_along_axis(dp[:, :, c], order, axis=-1)
+        means = (np.bincount(group.ravel(), weights=sorted_dp.ravel()) / counts)[group]
+        np.put_along_axis(out[:, :, c], order, means, axis=-1)
+    return out
+
+
+class _RoundingErrors:
+    """Rounding errors of the rounds, propagated to first order (the same linearisation as the
+    Jacobian), driven by random local errors the size of each operation's rounding bound.
+
+    ``dq`` is the error of ``q`` (relative for ``weighted-softmax``, absolute for ``iterative``)
+    and ``dp`` the absolute error of ``p``, each ``(B, n, _SAMPLES)``: ``O(B n)`` memory, ``O(n)``
+    work per round and row. ``estimate`` is ``_SAFETY`` times the largest RMS of ``dp``; the
+    rows also keep the round where it first exceeded the tolerance and the round where it grew
+    most, with what the family reports about that round (``cause``).
+    """
+
+    def __init__(self, z: FloatArray) -> None:
+        bsz, n = z.shape
+        self._rng = np.random.default_rng(_SEED)
+        order = np.argsort(z, axis=-1, kind="stable")
+        zs = np.take_along_axis(z, order, axis=-1)
+        first = np.where(np.concatenate([np.ones((bsz, 1), dtype=bool), zs[:, 1:] != zs[:, :-1]], axis=-1),
+                         np.arange(n), 0)
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.maximum.accumulate(first, axis=-1), axis=-1)  # ties: same rank
+        self._rank = rank if (first[:, 1:] == 0).any() else None  # without ties: the column will do
+        self.dq = np.zeros((bsz, n, _SAMPLES))
+        self.dp = np.zeros((bsz, n, _SAMPLES))
+        self.estimate = np.zeros(bsz)
+        self.crossed = np.full(bsz, -1, dtype=np.int64)
+        self.growth = np.zeros(bsz)
+        self.worst = np.full(bsz, -1, dtype=np.int64)
+        self.cause: dict[str, FloatArray] = {}
+
+    def noise(self, size: FloatArray) -> FloatArray:
+        """Random local errors of standard deviation ``size`` (``(B, n)``, or ``(B, 1)`` for a row).
+
+        The pattern is drawn per column (per rank in the row when the batch has ties) and shared
+        by the rows, so a row's estimate does not depend on the batch it is in. Equal entries get
+        equal errors: they go through identical operations, and an independent error for each
+        would excite the unstable split between exact ties that rounding never does.
+        """
+        table = self._rng.standard_normal((size.shape[1], _SAMPLES))
+        return size[:, :, None] * (table[self._rank] if self._rank is not None and size.shape[1] > 1 else table)
+
+    def close_round(self, t: int, cause: dict[str, FloatArray]) -> None:
+        est = _estimate(self.dp)
+        with np.errstate(invalid="ignore"):  # inf / inf: no growth
+            growth = np.nan_to_num(est / np.maximum(self.estimate, _GROWTH_FLOOR), nan=1.0)
+        worse = growth > self.growth
+        self.growth = np.where(worse, growth, self.growth)
+        self.worst = np.where(worse, t + 1, self.worst)
+        for name, val in cause.items():
+            self.cause[name] = np.where(worse, val, self.cause.get(name, val))
+        self.crossed = np.where((self.crossed < 0) & (est > ILL_CONDITIONED_TOLERANCE), t + 1, self.crossed)
+        self.estimate = est
+
+    def report(
+        self, fwd: Forward, z: FloatArray, method: str, explain: Callable[[int], str], floor: FloatArray | None = None,
+    ) -> None:
+        """Mark the rows whose final estimate exceeds the tolerance ``"ill-conditioned"``.
+
+        The public API averages ``p`` over exactly tied entries, which removes the part of the
+        error that differs between them: the final estimate is of the averaged ``p``. ``floor``
+        (per row) is a measured lower bound on the error the model cannot see (the split of exact
+        ties, see :func:`_tie_split`); the estimate is at least that.
+        """
+        dp = _average_ties(z, self.dp)
+        if dp is not self.dp:
+            self.estimate = _estimate(dp)
+        if floor is not None:
+            self.estimate = np.maximum(self.estimate, floor)
+            self.crossed = np.where((self.crossed < 0) & (floor > ILL_CONDITIONED_TOLERANCE), self.worst, self.crossed)
+        bad = self.estimate > ILL_CONDITIONED_TOLERANCE
+        fwd.aux["error_estimate"] = self.estimate
+        if not bad.any():
+            return
+
+        def message(b: int) -> str:
+            return (
+                f"{method}: step {int(self.crossed[b])}: estimated error {self.estimate[b]:.1e} of p exceeds "
+                f"{ILL_CONDITIONED_TOLERANCE:g}; rounding errors are amplified from round to round, most at "
+                f"step {int(self.worst[b])} (x{self.growth[b]:.2g}), where {explain(b)}; {_FIX}"
+            )
+
+        _failed(fwd, "ill-conditioned", bad, self.crossed, message, self.estimate)
+
+    def weighted_softmax_round(
+        self, s: FloatArray, e_over_v: FloatArray, err_u: FloatArray, err_q: FloatArray, err_sum: FloatArray,
+        err_p: FloatArray,
+    ) -> None:
+        """One round: ``q_i <- q_i V_i / S``, ``p_i <- p_i + s_i`` with ``V_i = S - e^{z_i}``.
+
+        With ``dq`` relative: ``dq_i <- (1 - s_i) dq_i + (e^{z_i} / V_i)(X_i - dp_i)`` and
+        ``dp_i <- dp_i + s_i ((1 - s_i) dq_i - X_i)``, ``X_i = sum_{j != i} s_j dq_j``, plus local
+        errors of these sizes: ``err_u`` (relative, of ``u_i = q_i e^{z_i}`` as the round forms it),
+        ``err_sum`` (relative, of ``S``), ``err_q`` (relative, of the new ``q``), ``err_p`` (absolute).
+        """
+        dq = self.dq + self.noise(err_u)
+        dp = self.dp
+        s3 = s[:, :, None]
+        x = _exclusive_sum(s3 * dq)
+        d_sum = self.noise(err_sum)
+        self.dq = (1.0 - s3) * dq + _times(e_over_v[:, :, None], x - dp) - d_sum + self.noise(err_q)
+        self.dp = dp + s3 * ((1.0 - s3) * dq - x - d_sum) + self.noise(err_p)
+
+    def iterative_round(
+        self, t: int, d: FloatArray, s: FloatArray, c: FloatArray,
+        local: tuple[FloatArray, FloatArray, FloatArray, FloatArray], direct: NDArray[np.bool_], p: FloatArray,
+        q: FloatArray,
+    ) -> None:
+        """One round: ``y = q d``, ``s = softmax(y)``, ``p <- p + s``, ``q <- q - s`` or ``c - p``.
+
+        ``dy = d dq``, ``ds = s (dy - sum_j s_j dy_j)``, plus the local errors of ``s`` and
+        ``c = 1 - s`` (computed separately) from :func:`_it_local_errors`, ``u |p|`` of ``p`` and
+        ``sqrt(2) u |q|`` of ``q`` (its own rounding and, one round later, that of ``y = q d``).
+        """
+        err_s, err_c, err_total, is_top = local
+        dq, dp = self.dq, self.dp
+        s3 = s[:, :, None]
+        if t > 0:  # round one is softmax(z): z is exact
+            dy = d[:, :, None] * dq
+            ds = s3 * (dy - np.sum(s3 * dy, axis=1, keepdims=True))
+        else:
+            ds = np.zeros_like(dq)
+        d_total = self.noise(err_total)
+        loc_s = self.noise(s * err_s) - s3 * d_total
+        loc_c = self.noise(c * err_c) + np.where(is_top > 0, -c, s)[:, :, None] * d_total
+        self.dp = dp + ds + loc_s + self.noise(_UNIT * np.abs(p))
+        ds += self.noise(_SQRT2_UNIT * np.abs(q))
+        self.dq = np.where(direct[:, :, None], dq - loc_s, loc_c - dp) - ds
+
+
+def _rnd(result: FloatArray, *operands: FloatArray) -> FloatArray:
+    """Rounding error of a float64 sum of ``operands``: at most ``u |result|``, and never more than
+    the smallest operand (each operand is a float as close to the sum as that); 0 if infinite."""
+    bound = _UNIT * np.abs(result)
+    for x in operands:
+        bound = np.minimum(bound, np.abs(x))
+    return np.where(np.isfinite(result), bound, 0.0)
+
+
+def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
+    """Rounding error of ``result = base + added`` (a log-sum: ``added`` is the ``log(...)`` term,
+    computed to ``u`` before it is added): ``min(u |result|, |added|) + u``.
+
+    ``added`` must be the term itself, not ``result - base``: when it is below half an ulp of
+    ``base`` (``log 2`` beside ``|base| = 1e20``), ``result == base`` and the whole term is the
+    error, which ``result - base = 0`` would hide (tied entries at ``tau = 1e-20`` lost their factor
+    2 that way, silently).
+    """
+    with np.errstate(invalid="ignore"):  # inf added to an empty sum: masked by isfinite
+        bound = np.minimum(_UNIT * np.abs(result), np.abs(np.where(np.isfinite(added), added, 0.0))) + _UNIT
+    return np.where(np.isfinite(result), bound, 0.0)
+
+
+def _lse_added(parts: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(max, log sum exp(parts - max))`` along the last axis (keepdims): the two terms whose float64 sum
+    is :func:`logsumexp`; the second is 0 for an empty sum."""
+    top = np.max(parts, axis=-1, keepdims=True)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):  # empty sums: log 0
+        added = np.log(np.sum(np.exp(parts - safe), axis=-1, keepdims=True))
+    return top, np.where(np.isfinite(top), added, 0.0)
+
+
+def _log1pexp_added(x: FloatArray, other: FloatArray) -> FloatArray:
+    """The term ``log(1 + e^{-|x - other|})`` that ``logaddexp(x, other)`` adds to the larger; 0 if one is empty."""
+    with np.errstate(invalid="ignore"):  # -inf - -inf: both empty
+        gap = np.abs(x - other)
+    return np.where(np.isfinite(gap), np.log1p(np.exp(-np.where(np.isfinite(gap), gap, 0.0))), 0.0)
+
+
+def _log_diff_added(lpos: FloatArray, lneg: FloatArray) -> FloatArray:
+    """The term ``log(1 - e^{-|lpos - lneg|})`` that :func:`_log_diff` adds to the larger; 0 if one is empty."""
+    with np.errstate(invalid="ignore", divide="ignore"):  # equal terms: log 0 (an exact zero, no error)
+        gap = np.abs(lpos - lneg)
+        added = np.log(-np.expm1(-np.where(np.isfinite(gap), gap, 1.0)))
+    return np.where(np.isfinite(gap) & np.isfinite(added), added, 0.0)
+
+
+def _lse_exclusive_error(parts: FloatArray, out: FloatArray) -> FloatArray:
+    """Rounding error of ``out = logsumexp_exclusive(parts)``: ``total + log1p(-ratio)`` for every
+    entry but the largest, whose exclusive sum is summed directly around the second largest."""
+    _, added_total = _lse_added(parts)
+    total = logsumexp(parts)[:, None]
+    top = np.argmax(parts, axis=-1)[:, None]
+    rest = parts.copy()
+    np.put_along_axis(rest, top, _NEG_INF, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):  # masked entries and empty rows
+        ratio = np.exp(parts - np.where(np.isfinite(total), total, 0.0))
+        added_out = np.log1p(-np.minimum(ratio, 1.0))
+    err = _rnd_log(total, added_total) + _rnd_log(out, added_out)
+    _, added_rest = _lse_added(rest)
+    np.put_along_axis(err, top, _rnd_log(np.take_along_axis(out, top, axis=-1), added_rest), axis=-1)
+    return err
+
+
+def _slog(x: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sign, log|x|)`` of linear values (``log 0 = -inf``)."""
+    with np.errstate(divide="ignore"):  # log 0 = -inf: an exact zero
+        return np.sign(x), np.log(np.abs(x))
+
+
+def _slog_sum(sign: FloatArray, log_abs: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:
+    """``(sign, log|.|)`` of the sum of signed log values along ``axis``."""
+    pos, neg = _parts(sign, log_abs)
+    return _log_diff(logsumexp(pos, axis=axis), logsumexp(neg, axis=axis))
+
+
+def _checked(out: FloatArray, method: str) -> FloatArray:
+    """Raise instead of returning a derivative float64 could not compute (rows with non-finite
+    entries): never an inf or NaN in a returned derivative."""
+    bad = ~np.isfinite(out.reshape(out.shape[0], -1) if out.size else np.zeros((out.shape[0], 0))).all(axis=-1)
+    if bad.any():
+        detail = (
+            "the derivative is not computable in float64 at this input: x / tau spans gaps so large that "
+            "the logs of the factors e^{z_i}/S carry rounding errors beyond the tolerance "
+            f"{ILL_CONDITIONED_TOLERANCE:g} (in units of 1/tau); use a larger tau"
+            if method == "weighted-softmax" else
+            "the derivative overflows float64 at this input (x / tau spans a range beyond float64); use a larger tau"
+        )
+        failures = tuple(
+            RowFailure(method=method, row=(int(b),), code="ill-conditioned", detail=detail)
+            for b in np.flatnonzero(bad)
+        )
+        raise NumericalFailureError(failures)
+    return out
+
+
+def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> Forward:
+    """One :class:`Forward` for ``bsz`` rows from forwards computed on row subsets: ``parts`` are
+    ``(rows, fwd)`` pairs, later parts overwriting earlier ones on shared rows. Every part must
+    carry the same ``aux`` keys (arrays with the row as first axis)."""
+    first = parts[0][1]
+
+    def full(a: FloatArray) -> FloatArray:
+        return np.zeros((bsz, *a.shape[1:]), dtype=a.dtype)
+
+    out = Forward(p=full(first.p), q=full(first.q))
+    out.aux = {name: full(val) for name, val in first.aux.items()}
+    failed = any(fwd.code is not None for _, fwd in parts)
+    code = np.full(bsz, OK, dtype="<U16")
+    level = np.full(bsz, -1, dtype=np.int64)
+    value = np.full(bsz, np.nan)
+    for rows, fwd in parts:
+        out.p[rows], out.q[rows] = fwd.p, fwd.q
+        for name, val in fwd.aux.items():
+            out.aux[name][rows] = val
+        code[rows] = fwd.codes()
+        level[rows] = -1 if fwd.level is None else fwd.level
+        value[rows] = np.nan if fwd.value is None else fwd.value
+        for b in rows:
+            out.messages.pop(int(b), None)
+        out.messages.update({int(rows[b]): msg for b, msg in fwd.messages.items()})
+    if failed:
+        out.code, out.level, out.value = code, level, value
+    return out

@@ -1,0 +1,349 @@
+"""``iterative`` (Su 2019): ``k`` rounds of ``p <- p + softmax((1 - p) (z - min z))`` with ``1 - p``
+accurate, and the running error estimate of :mod:`~topk_cli.operators._logsigned` (see
+:mod:`~topk_cli.operators.sequential` for the method and its failure modes)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators._logsigned import (
+    _NEG_INF,
+    _UNIT,
+    _average_ties,
+    _checked,
+    _combine_rows,
+    _exclusive_sum,
+    _finite,
+    _lse_added,
+    _rnd_log,
+    _RoundingErrors,
+)
+from topk_cli.operators._logspace import logsumexp
+
+
+def iterative_topk(z: FloatArray, k: int) -> Forward:
+    """Su's ``k`` rounds of ``p <- p + softmax((1 - p) * (z - min z))``, with ``1 - p`` accurate.
+
+    Shapes: ``z`` is ``(B, n)`` (see ``_base``); ``p`` and ``q`` are ``(B, n)``, ``sum p = k``.
+    ``p`` can exceed 1 (``k = n``); masked entries get 0. Round one is ``softmax(z)`` exactly
+    (``softmax`` is shift-invariant). Rows whose estimated error exceeds
+    :data:`ILL_CONDITIONED_TOLERANCE` get code ``"ill-conditioned"``.
+
+    Rows without masked entries first go through :func:`_it_fast` (plain float64 rounds with a
+    rigorous error bound); the rows it cannot certify, and rows with masked entries, are computed
+    by :func:`_it_faithful`. ``aux["fast"]`` is 1.0 on the rows the fast path returned.
+
+    >>> iterative_topk(np.array([[0.0, -1.0]]), 2).p.round(4)
+    array([[1.2979, 0.7021]])
+    """
+    eligible = np.isfinite(z).all(axis=-1)
+    if not eligible.any():
+        return _it_faithful(z, k)
+    rows = np.flatnonzero(eligible)
+    fast = _it_fast(z if eligible.all() else z[rows], k)
+    rescue = np.flatnonzero(~eligible)
+    rescue = np.concatenate([rescue, rows[fast.aux["fast"] == 0]])
+    if rescue.size == 0:
+        return fast
+    slow = _it_faithful(z[rescue], k)
+    return _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
+
+
+def _it_faithful(z: FloatArray, k: int) -> Forward:
+    """The faithful computation (``1 - p`` from exclusive log-sums, running error estimate)."""
+    masked = np.isneginf(z)
+    zmin = np.min(np.where(masked, np.inf, z), axis=-1, keepdims=True)
+    d = np.where(masked, _NEG_INF, z - zmin)
+    p, q = np.zeros_like(z), np.ones_like(z)
+    s_steps, c_steps, q_steps = [], [], []
+    err = _RoundingErrors(z)
+    d_live = np.where(masked, 0.0, d)
+    for t in range(k):
+        y = z if t == 0 else np.where(masked, _NEG_INF, q * d)
+        s, c, local = _it_softmax(y, masked)
+        s_steps.append(s)
+        c_steps.append(c)
+        q_steps.append(q)
+        # q - s and c - p are equal in exact arithmetic; keep the one with the smaller error bound
+        direct = np.abs(q) + s <= c + np.abs(p)
+        q = np.where(direct, q - s, c - p)
+        p = p + s
+        err.iterative_round(t, d_live, s, c, local, direct, p, q)
+        slope = s * c * d_live  # d s_i / d q_i
+        err.close_round(t, {"slope": np.max(slope, axis=-1), "entry": np.argmax(slope, axis=-1).astype(np.float64)})
+    fwd = Forward(p=np.where(masked, 0.0, p), q=np.where(masked, 1.0, q))
+    fwd.aux = {
+        "s": np.stack(s_steps, axis=1), "c": np.stack(c_steps, axis=1), "q": np.stack(q_steps, axis=1),
+        "d": np.where(masked, 0.0, d),
+        "argmin": np.argmin(np.where(masked, np.inf, z), axis=-1).astype(np.float64),
+        "fast": np.zeros(z.shape[0]),
+    }
+    err.report(fwd, z, "iterative", lambda b: (
+        f"the round's slope d s_i / d(1 - p_i) = s_i (1 - s_i) (z_i - min z) reached {err.cause['slope'][b]:.3g} "
+        f"(entry {int(err.cause['entry'][b])})"
+    ), floor=_tie_split(z, np.where(masked, 0.0, p), np.where(masked, 1.0, q)))
+    return fwd
+
+
+def _lse_exclusive_symmetric(a: FloatArray) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """``log sum_{j != i} e^{a_j}`` along the last axis, and the entries summed directly.
+
+    Like :func:`~topk_cli.operators._logspace.logsumexp_exclusive` (``total + log1p(-ratio)``),
+    but the exclusive sum is summed directly only for an entry holding more than 3/4 of the total
+    (there the subtraction would cancel), never for the argmax as such. At most one entry can hold
+    that much, even after rounding, so it is never one of tied entries: exactly equal ``a_i`` get bitwise equal
+    results. (Picking the argmax among tied maxima gave that one entry a differently rounded
+    ``1 - s``, which split exact ties; see :func:`_it_softmax`.)
+    """
+    total = logsumexp(a)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):  # -inf entries and empty rows
+        ratio = np.exp(a - np.where(np.isfinite(total), total, 0.0))
+        out = total + np.log1p(-np.minimum(ratio, 1.0))
+    # 3/4, not 1/2: two tied maxima each hold half of the total, and the rounded ratio can exceed
+    # 1/2 for both; above 3/4 only one entry fits, by a wide margin (below it, log1p(-ratio) is
+    # conditioned by at most 4)
+    dom = ratio > 0.75
+    rest = logsumexp(np.where(dom, _NEG_INF, a))[..., None]
+    out = np.where(dom, rest, out)
+    return np.where(np.isfinite(total), out, _NEG_INF), dom & np.isfinite(total)
+
+
+def _it_softmax(
+    y: FloatArray, masked: NDArray[np.bool_]
+) -> tuple[FloatArray, FloatArray, tuple[FloatArray, FloatArray, FloatArray, FloatArray]]:
+    """``s = softmax(y) = exp(y - T)`` and ``c = 1 - s = exp(lc - T)`` without cancellation
+    (``T = logsumexp(y)``, ``lc`` the exclusive log-sum), with their local rounding errors.
+
+    Exactly equal ``y`` give bitwise equal ``s`` and ``c``, hence equal ``p``, ``q`` and next
+    ``y``: every operation is elementwise or row-wide, and the exclusive sum is summed directly
+    only for an entry holding more than 3/4 of the total, which is never tied. This matters:
+    tied entries stay tied in exact arithmetic, and the old choice of the argmax among tied maxima
+    for the direct sum gave that entry a ``1 - s`` rounded differently (by ``u |T|``, 1.5e-10 at
+    ``y ~ 3e6``), then the other branch of the ``q - s`` / ``c - p`` choice; the split, multiplied
+    by ``z_i - min z`` in later rounds, grew into O(1) errors (``x = (4e6, 4e6, 4e6, 0)``,
+    ``k = 4``: 0.25) that the error model, which gives tied entries equal rounding errors, could
+    not see.
+    """
+    total = logsumexp(y)[:, None]
+    s = np.exp(y - total)
+    lc, dom = _lse_exclusive_symmetric(y)
+    c = np.exp(lc - total)
+    y_live = np.where(masked, 0.0, y)
+    return s, c, _it_local_errors(y_live, total, lc, s, c, masked, dom)
+
+
+def _it_local_errors(
+    y: FloatArray, total: FloatArray, lc: FloatArray, s: FloatArray, c: FloatArray, masked: NDArray[np.bool_],
+    dom: NDArray[np.bool_],
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Rounding errors of ``s = exp(y - T)`` and ``c = exp(lc - T)``, ``T = logsumexp(y)``.
+
+    Returns the relative errors of ``s`` and ``c`` of each entry, the error of ``T`` (common to
+    the row: it scales every ``s_i`` by ``1 - dT``) and, as 1.0, the entry whose exclusive sum
+    was summed directly (``dom``: more than 3/4 of the total; none when the maximum is tied).
+    ``T = max y + L`` is rounded by ``min(u |T|, L)`` (``L = -log s_top``, exact from
+    ``c_top``); ``lc_i = T + log(1 - s_i)`` by ``min(u |T|, |log(1 - s_i)|)``, so that
+    ``c_i = 1 - s_i`` inherits the error of ``s_i`` but not ``dT`` itself, except for the ``dom``
+    entry, whose exclusive sum is summed directly around the second largest ``y``; each
+    exponential adds ``u (1 + |argument|)``.
+    """
+    y_max = np.where(masked, _NEG_INF, y)
+    top = np.argmax(y_max, axis=-1)[:, None]
+    lead = -np.log1p(-np.take_along_axis(c, top, axis=-1))
+    err_total = np.minimum(_UNIT * np.abs(total), lead)
+    err_s = _UNIT * (1.0 + np.abs(y - total))
+    with np.errstate(divide="ignore"):  # s = 1: log 0 (bounded by the min below)
+        l1p = np.abs(np.log1p(-np.minimum(s, 1.0)))
+    err_lc = np.minimum(_UNIT * np.abs(total), l1p)
+    np.put_along_axis(y_max, top, _NEG_INF, axis=-1)
+    _, added_rest = _lse_added(y_max)
+    err_lc = np.where(dom, _rnd_log(lc, added_rest), err_lc)
+    err_c = _UNIT * (1.0 + np.abs(np.where(masked, 0.0, _finite(lc) - total))) + err_lc
+    return np.where(masked, 0.0, err_s), np.where(masked, 0.0, err_c), err_total, dom.astype(np.float64)
+
+
+def _tie_split(z: FloatArray, p: FloatArray, q: FloatArray) -> FloatArray:
+    """Per row, the largest difference of ``p`` (or of ``q = 1 - p``) between exactly tied entries.
+
+    Exact ties stay tied in every round of exact arithmetic, so any difference is error, and the
+    error model cannot see it (it gives tied entries equal rounding errors, and the API averages
+    ``p`` over ties). :func:`_it_softmax` keeps ties bitwise equal, so this is 0; it guards that
+    property (a split that later rounds amplified cannot be hidden by the final averaging).
+    """
+    pq = np.stack([p, q], axis=-1)
+    with np.errstate(invalid="ignore"):  # inf - inf: reported as inf below
+        dev = np.abs(pq - _average_ties(z, pq)).max(axis=(1, 2))
+    return np.where(np.isnan(dev), np.inf, 2.0 * dev)
+
+
+def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
+    """Forward mode: ``dy = dq d + q dd``; ``ds = s (c dy - X)``, ``X_i = sum_{j != i} s_j dy_j``."""
+    bsz, n = z.shape
+    live = np.isfinite(z)
+    aux = fwd.aux
+    d = aux["d"][:, :, None]
+    eye = np.broadcast_to(np.eye(n), (bsz, n, n)) * live[:, :, None] * live[:, None, :]
+    m = aux["argmin"].astype(np.int64)
+    dd = eye - eye[np.arange(bsz), m][:, None, :] * live[:, :, None]  # d(z_i - z_m)
+    dq = np.zeros((bsz, n, n))
+    for t in range(k):
+        s, c, q = (aux[name][:, t, :, None] for name in ("s", "c", "q"))
+        dy = eye if t == 0 else dq * d + q * dd  # round one is softmax(z): no reference shift
+        ds = s * (c * dy - _exclusive_sum(s * dy))
+        dq = np.where(live[:, :, None], dq - ds, 0.0)
+    return _checked(-dq, "iterative")
+
+
+def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
+    """Reverse mode through the stored rounds, ``O(k n)`` time per row."""
+    bsz = z.shape[0]
+    live = np.isfinite(z)
+    aux = fwd.aux
+    d = aux["d"]
+    qbar = np.where(live, -v, 0.0)
+    dbar = np.zeros_like(z)
+    for t in reversed(range(k)):
+        s, c, q = (np.where(live, aux[name][:, t], 0.0) for name in ("s", "c", "q"))
+        g = -s * qbar  # cotangent of (c dy - X)
+        ybar = c * g - s * _exclusive_sum(g[:, :, None])[:, :, 0]
+        if t == 0:
+            zbar = ybar  # round one is softmax(z): no reference shift
+        else:
+            dbar += q * ybar
+            qbar = qbar + d * ybar
+    dbar = np.where(live, dbar, 0.0)
+    m = aux["argmin"].astype(np.int64)
+    dbar[np.arange(bsz), m] -= dbar.sum(axis=-1)
+    zbar = np.where(live, zbar + dbar, 0.0)
+    return _checked(zbar, "iterative")
+
+
+ITERATIVE = Implementation(forward=iterative_topk, jacobian=_it_jacobian, vjp=_it_vjp)
+
+
+# --------------------------------------------------------------------------- certified fast path
+
+#: The fast path returns a row only if its certified bound on the absolute error of ``p`` is at
+#: most this (1000 times below :data:`ILL_CONDITIONED_TOLERANCE`: the faithful path is measured
+#: within 1e-12 on the rows it returns, and a fast row is certified to be at least as close) ...
+_FAST_P_BOUND = 1e-12
+#: ... and the bound on the error of every ``1 - p_i`` is at most this fraction of ``|1 - p_i|``
+#: (the complement is reported relatively accurately: ``1 - 1e-20`` is not 1).
+_FAST_Q_BOUND = 1e-10
+#: Error allowed for one float64 ``np.exp``, in units of ``u``: 4 ulps (8 u), a generous margin
+#: over the < 1 ulp of glibc's ``exp`` and numpy's vectorised one.
+_EXP_ERR = 8.0
+
+
+def _it_fast(z: FloatArray, k: int) -> Forward:
+    """The ``k`` rounds in plain float64 (one ``exp`` pass per round), with a rigorous error bound.
+
+    Rows must be free of masked entries. Per round, with ``y = q d`` (``d = z - min z``; round one
+    ``y = z``), ``e = exp(y - max y)`` (the top entry is 1 and is left out of ``rest = sum e``, so
+    that ``c_top = rest / (1 + rest)`` is relatively accurate: it is ``1 - s_top``), ``s = e / (1 +
+    rest)``, ``p <- p + s``, ``q <- q - s``. The bound is standard forward error analysis, each
+    float64 operation contributing at most ``u = 2^-53`` relative:
+
+    * the computed ``s_i`` is the exact softmax of the computed ``y`` to a factor ``e^{+-eta_i}``:
+      each ``e_j`` off by ``eta_1 = u (max y - min y) + exp_err`` (shift, ``exp``; the top one exact),
+      the normaliser ``1 + rest`` by ``eta_n = ((e^{eta_1} - 1) + gamma) c_top + 2 u`` (the
+      summed terms only make up ``c_top = rest / (1 + rest)`` of it, which keeps a saturated
+      ``s_top`` accurate to ``O(u)``), so ``eta_top = eta_n`` and ``eta_i = eta_1 + eta_n``;
+      ``gamma = (2 sqrt(n) + 2) u`` bounds the rounding of the sum, taken in two levels of about
+      ``sqrt(n)`` terms (:func:`_blocked_sum`; ``(m - 1) u`` holds for ``m`` terms in any order);
+    * an error ``|dy_i| <= a_i`` of ``y`` (``a_i = d_i (h_i + 2 u |q_i|)``, ``h_i`` the bound on the
+      error of ``q_i``, ``D = max a``) moves ``s_i`` by at most
+      ``e^{6 D + 2 eta} s_i ((1 - s_i) a_i + sum_{j != i} s_j a_j)`` (from
+      ``s'_i - s_i = s_i ((1 - s_i)(e^{dy_i} - 1) - sum_{j != i} s_j (e^{dy_j} - 1)) / sum_j s_j e^{dy_j}``);
+    * ``p + s`` and ``q - s`` add their own rounding, ``u |p| <= u k`` and ``u |q|``.
+
+    The bounds are sums and products of non-negative terms, so their own rounding only lowers them
+    by a factor ``(1 + u)^{O(k)}``, which the final ``1 + 32 k u`` covers. A row is returned
+    (``aux["fast"] = 1``) when the bound on ``p`` is at most :data:`_FAST_P_BOUND` and that on every
+    ``1 - p_i`` at most :data:`_FAST_Q_BOUND` ``|1 - p_i|``; ``aux["error_estimate"]`` is then the
+    bound. Exact ties stay bitwise equal in ``p`` and ``q``: every operation on them is elementwise
+    or row-wide (the top entry's ``s`` is ``1 / (1 + rest)``, as for its tied peers).
+    """
+    bsz, n = z.shape
+    u = _UNIT
+    rows = np.arange(bsz)
+    argmin = np.argmin(z, axis=-1)
+    d = z - z[rows, argmin][:, None]
+    p, q = np.zeros_like(z), np.ones_like(z)
+    aq = np.ones_like(z)  # |q|
+    h = np.zeros_like(z)  # bound on the error of q, per entry
+    ep = np.zeros(bsz)  # bound on the error of p, per row
+    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "c", "q")}
+    gamma_n = 1.01 * (_blocked_sum_depth(n) + 1) * u
+    with np.errstate(over="ignore", invalid="ignore"):  # blown-up bounds are inf or NaN: not certified
+        for t in range(k):
+            stacks["q"][:, t] = q
+            y = z if t == 0 else q * d
+            top = np.argmax(y, axis=-1)
+            m = y[rows, top]
+            e = np.exp(y - m[:, None])
+            e[rows, top] = 0.0
+            rest = _blocked_sum(e)
+            total = 1.0 + rest
+            s = e / total[:, None]
+            s[rows, top] = 1.0 / total
+            c = 1.0 - s
+            c[rows, top] = rest / total
+            # computing the softmax of the computed y
+            eta_1 = 1.01 * (u * (m - np.min(y, axis=-1)) + _EXP_ERR * u)
+            eta_n = 1.01 * (np.expm1(eta_1) + gamma_n) * c[rows, top] + 2.02 * u
+            eta = eta_1 + eta_n
+            err_s = s * (np.expm1(eta) * np.exp(eta))[:, None]
+            err_s[rows, top] = s[rows, top] * np.expm1(eta_n) * np.exp(eta_n)
+            eta += gamma_n + 2.02 * u  # the bound on the log-error of every s_i and c_i (c_top: rest / total)
+            if t > 0:  # round one is softmax(z): z is exact
+                ady = d * (h + 2.0 * u * aq)
+                w = s * ady
+                w_top = w[rows, top]
+                w[rows, top] = 0.0
+                w_rest = np.sum(w, axis=-1)
+                x = c * ady  # (1 - s_i) a_i + sum_{j != i} s_j a_j
+                x_top = x[rows, top] + w_rest
+                x += (w_rest + w_top)[:, None]
+                x[rows, top] = x_top
+                factor = np.exp(6.0 * np.max(ady, axis=-1) + 2.0 * eta + 1.01 * (n + 16) * u)
+                x *= factor[:, None]
+                x *= s
+                err_s += x
+            p += s
+            q -= s
+            np.abs(q, out=aq)
+            h += err_s
+            h += u * aq
+            ep += np.max(err_s, axis=-1) + 1.01 * u * (t + 1)
+            stacks["s"][:, t] = s
+            stacks["c"][:, t] = c
+        slack = 1.0 + 32.0 * k * u
+        ep *= slack
+        certified = (ep <= _FAST_P_BOUND) & np.all(slack * h <= _FAST_Q_BOUND * aq, axis=-1)
+    fwd = Forward(p=p, q=q)
+    fwd.aux = {**stacks, "d": d, "argmin": argmin.astype(np.float64), "error_estimate": ep,
+               "fast": certified.astype(np.float64)}
+    return fwd
+
+
+def _blocked_sum(x: FloatArray) -> FloatArray:
+    """Row sums of non-negative ``x`` in two levels: blocks of ``L = isqrt(n)`` entries, then the
+    block sums and the remainder. Whatever order numpy adds within each level, the relative
+    error is at most ``(_blocked_sum_depth(n) + 1) u`` (a sum of ``m`` terms in any order: ``(m - 1) u``)."""
+    n = x.shape[1]
+    width = max(1, math.isqrt(n))
+    blocks = n // width
+    head = x[:, : blocks * width].reshape(x.shape[0], blocks, width).sum(axis=-1).sum(axis=-1)
+    return head + x[:, blocks * width :].sum(axis=-1)
+
+
+def _blocked_sum_depth(n: int) -> int:
+    """Additions on the longest path of :func:`_blocked_sum`: within a block, across the blocks,
+    the remainder (fewer than ``L`` terms) and the final addition."""
+    width = max(1, math.isqrt(n))
+    return (width - 1) + (n // width - 1) + (width - 1) + 1
