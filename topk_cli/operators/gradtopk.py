@@ -280,12 +280,25 @@ def _grad_forward(z: FloatArray, k: int) -> Forward:
     array([[0.3568, 0.7622, 0.6595, 0.2216]])
     """
     prog, ps, qs, _ = _run(z, k, None)
+    return _exact_forward(prog, ps, qs)
+
+
+def _exact_forward(prog: _Program, ps: FloatArray, qs: FloatArray) -> Forward:
+    """The weights of the input rows from the marginals of the program each row ran."""
     flip = prog.flip[:, None]
     p = np.where(flip, qs, ps)
     q = np.where(flip, ps, qs)
     p = np.where(prog.finite, p, 0.0)
     q = np.where(prog.finite, q, 1.0)
     return Forward(p=p, q=q)
+
+
+def _grad_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`_grad_forward` and :func:`_grad_vjp` from one run of the program (the tangent
+    sweep computes the marginals on the way)."""
+    prog, ps, qs, dps = _run(z, k, np.where(np.isfinite(z), v, 0.0))
+    assert dps is not None
+    return _exact_forward(prog, ps, qs), np.where(prog.finite, dps, 0.0)
 
 
 def _grad_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
@@ -353,7 +366,9 @@ def _grad_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 
 
 #: GradTopK by the exact log-space dynamic program.
-GRAD = Implementation(forward=_grad_forward, jacobian=_grad_jacobian, vjp=_grad_vjp)
+GRAD = Implementation(
+    forward=_grad_forward, jacobian=_grad_jacobian, vjp=_grad_vjp, forward_vjp=_grad_forward_vjp
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -500,8 +515,12 @@ def _recursive_forward(z: FloatArray, k: int) -> Forward:
     >>> f.p.round(4).tolist(), f.code.tolist(), f.level.tolist()
     ([[0.91, 0.7553, 0.3348], [nan, nan, nan]], ['ok', 'log0'], [-1, 2])
     """
+    return _recursive_checked(z, k, _grad_forward(z, k))
+
+
+def _recursive_checked(z: FloatArray, k: int, exact: Forward) -> Forward:
+    """The recursion's weights, checked against ``exact`` (``grad``'s forward pass on ``z``)."""
     rec = _run_recursion(z, k)
-    exact = _grad_forward(z, k)
     tr = rec.trace
     code = tr.kind.copy()
     level = tr.failed_level.copy()
@@ -536,5 +555,14 @@ def _recursive_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatA
     return _grad_vjp(fwd, z, k, v)
 
 
+def _recursive_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`_recursive_forward` and :func:`_recursive_vjp` sharing one run of the exact program."""
+    exact, out = _grad_forward_vjp(z, k, v)
+    return _recursive_checked(z, k, exact), out
+
+
 #: GradTopK by the article's recursion, failures detected and reported per row.
-GRAD_RECURSIVE = Implementation(forward=_recursive_forward, jacobian=_recursive_jacobian, vjp=_recursive_vjp)
+GRAD_RECURSIVE = Implementation(
+    forward=_recursive_forward, jacobian=_recursive_jacobian, vjp=_recursive_vjp,
+    forward_vjp=_recursive_forward_vjp,
+)
