@@ -238,19 +238,21 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
                 dmh[t0:top] = np.einsum("tjr,tjr->tr", dat, bs[:, ::-1])
                 dmh[t0:top] += np.einsum("tjr,tjr->tr", at, dbs[:, ::-1])
     num = pit * nh  # (n, R)
-    den = qit * mh
+    den = np.multiply(qit, mh, out=mh if dpit is None else None)  # mh is still needed for dp
     total = num + den  # = P(k) for every t, up to rounding
     with np.errstate(divide="ignore", invalid="ignore"):  # uncertified rows are recomputed
-        pt = num / total
-        qt = den / total
+        pt = np.divide(num, total, out=num)
+        qt = np.divide(den, total, out=den)
         dpt = None
         if dpit is not None and dnh is not None and dmh is not None:
             dnum = dpit * nh + pit * dnh
             dden = qit * dmh - dpit * mh
             dpt = (qt * dnum - pt * dden) / total
-    masked = ~np.isfinite(z.T)
-    smallest = (np.minimum(pt, qt) + masked).min(axis=0)  # masked entries (p = 0) do not count
-    ok = np.isfinite(pt).all(axis=0) & np.isfinite(qt).all(axis=0) & (smallest >= TINY)
+    # 0 <= num, den <= total: pt and qt lie in [0, 1] or are NaN (0 / 0), and a NaN propagates
+    # through minimum and min, failing the comparison; masked entries (p = 0) do not count
+    smallest = np.minimum(pt, qt)
+    smallest += ~np.isfinite(z.T)
+    ok = smallest.min(axis=0) >= TINY
     ok &= total.min(axis=0) >= MIN_PK
     if dpt is not None:
         ok &= np.isfinite(dpt).all(axis=0)

@@ -255,9 +255,13 @@ def _run(z: FloatArray, k: int, v: FloatArray | None) -> tuple[_Program, FloatAr
             zi = prog.zz[idx]
             vi = None if v is None else v[idx]
             res = marginals(zi, int(kk), _start_tilt(zi, int(kk)), vi)
-            ps[idx], qs[idx] = res.p, res.q
-            if dps is not None and res.dp is not None:
-                dps[idx] = res.dp
+            if idx.size == rows:  # one program for every row (the usual case): no copies
+                ps, qs = res.p, res.q
+                dps = res.dp if dps is not None else None
+            else:
+                ps[idx], qs[idx] = res.p, res.q
+                if dps is not None and res.dp is not None:
+                    dps[idx] = res.dp
             bad = np.flatnonzero(~res.certified)
             if bad.size:
                 lp, lq, ldp = _logspace_rows(zi[bad], int(kk), None if vi is None else vi[bad])
@@ -285,11 +289,12 @@ def _grad_forward(z: FloatArray, k: int) -> Forward:
 
 def _exact_forward(prog: _Program, ps: FloatArray, qs: FloatArray) -> Forward:
     """The weights of the input rows from the marginals of the program each row ran."""
-    flip = prog.flip[:, None]
-    p = np.where(flip, qs, ps)
-    q = np.where(flip, ps, qs)
-    p = np.where(prog.finite, p, 0.0)
-    q = np.where(prog.finite, q, 1.0)
+    p, q = ps, qs
+    if prog.flip.any():
+        flip = prog.flip[:, None]
+        p, q = np.where(flip, qs, ps), np.where(flip, ps, qs)
+    if not prog.finite.all():
+        p, q = np.where(prog.finite, p, 0.0), np.where(prog.finite, q, 1.0)
     return Forward(p=p, q=q)
 
 
