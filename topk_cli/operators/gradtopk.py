@@ -428,14 +428,21 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
     min_entry = np.full(rows, -1, dtype=np.int64)
     alive = np.ones(rows, dtype=bool)
     previous = np.full((rows, n), np.nan)
+    arg = np.empty((rows, n))  # buffers reused level after level (same operations, in place)
+    tmp = np.empty((rows, n))
     log_zi = z.copy()
     log_z = logsumexp(log_zi, axis=-1)
     # log(0) and log(< 0) are the failures under study: they are recorded, not warned about
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for j in range(2, k + 1):
-            arg = 1.0 - np.exp(log_zi - log_z[:, None])
-            worst = np.argmin(np.where(np.isnan(arg), np.inf, arg), axis=-1)
+            np.subtract(log_zi, log_z[:, None], out=arg)
+            np.exp(arg, out=arg)
+            np.subtract(1.0, arg, out=arg)
+            worst = np.argmin(arg, axis=-1)  # the first NaN of a row that has one
             low = arg[every, worst]
+            if np.isnan(low).any():  # NaN (only after a failure) is not a minimum
+                worst = np.argmin(np.where(np.isnan(arg), np.inf, arg), axis=-1)
+                low = arg[every, worst]
             new = alive & (low <= 0)
             failed_level[new] = j
             kind[new] = np.where(low[new] == 0, "log0", "log-negative")
@@ -447,9 +454,10 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
             min_argument[better] = low[better]
             min_level[better] = j
             min_entry[better] = worst[better]
-            log_zi = z + log_z[:, None] + np.log(arg)
-            log_z = logsumexp(log_zi, axis=-1) - np.log(j)
-            previous = arg
+            np.add(z, log_z[:, None], out=log_zi)
+            log_zi += np.log(arg, out=tmp)
+            log_z = _logsumexp_rows(log_zi, tmp) - np.log(j)
+            previous, arg = arg, previous
         p = np.exp(log_zi - log_z[:, None])
     trace = RecursionTrace(
         failed_level=failed_level,
@@ -460,6 +468,16 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
         digits_lost=np.maximum(0.0, -np.log10(min_argument)) + 0.0,
     )
     return _Recursion(p=p, trace=trace, entry=entry, min_level=min_level, min_entry=min_entry)
+
+
+def _logsumexp_rows(a: FloatArray, buf: FloatArray) -> FloatArray:
+    """:func:`logsumexp` over the last axis of ``a`` (same operations), with ``buf`` as scratch."""
+    m = np.max(a, axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    np.subtract(a, m_safe, out=buf)
+    with np.errstate(divide="ignore"):  # log(0) = -inf is the right answer for empty sums
+        out = np.log(np.sum(np.exp(buf, out=buf), axis=-1, keepdims=True)) + m_safe
+    return np.squeeze(out, axis=-1)
 
 
 def grad_recursive_trace(z: FloatArray, k: int) -> RecursionTrace:
