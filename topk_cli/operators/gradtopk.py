@@ -440,9 +440,11 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
             np.subtract(1.0, arg, out=arg)
             worst = np.argmin(arg, axis=-1)  # the first NaN of a row that has one
             low = arg[every, worst]
-            if np.isnan(low).any():  # NaN (only after a failure) is not a minimum
-                worst = np.argmin(np.where(np.isnan(arg), np.inf, arg), axis=-1)
-                low = arg[every, worst]
+            nan_rows = np.flatnonzero(np.isnan(low))  # NaN (only after a failure) is not a minimum
+            if nan_rows.size:
+                sub = arg[nan_rows]
+                worst[nan_rows] = np.argmin(np.where(np.isnan(sub), np.inf, sub), axis=-1)
+                low[nan_rows] = sub[np.arange(nan_rows.size), worst[nan_rows]]
             new = alive & (low <= 0)
             failed_level[new] = j
             kind[new] = np.where(low[new] == 0, "log0", "log-negative")
