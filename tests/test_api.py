@@ -131,6 +131,23 @@ def test_too_few_unmasked_entries() -> None:
         st.soft_topk([[0.0, 1.0], [-np.inf, -np.inf]], 1, "grad")
 
 
+def test_unmasked_and_masked_batches_are_scaled_alike() -> None:
+    # a batch without -inf takes a shorter validation path: the scores must not depend on it
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3, 5)) * 1e3
+    masked = np.vstack([x, [[0.0, -np.inf, 1.0, 2.0, 3.0]]])
+    for tau in (1.0, 0.37):
+        np.testing.assert_array_equal(st.scaled_scores(x, 2, tau=tau), st.scaled_scores(masked, 2, tau=tau)[:3])
+    # a finite batch whose sum overflows is still finite data
+    big = np.array([[1e308, 1e308, 0.0]])
+    np.testing.assert_array_equal(st.scaled_scores(big, 1, tau=1e300), [[0.0, 0.0, -1e8]])
+    with _raises(st.InvalidArgumentError, r"^tau=1 is too small for the spread of x \(inf\)"):
+        st.soft_topk([1e308, -1e308, 0.0], 1, "thre-exp")  # finite sum, (x - max x) overflows
+    # the weights are a fresh array, never a view of the complement
+    res = st.evaluate(x, 2, "hard")
+    assert not np.shares_memory(res.weights, res.complement)
+
+
 def test_vjp_shape_mismatch() -> None:
     with _raises(st.InvalidArgumentError, r"v must have the shape of x \(3,\), got \(2,\)"):
         st.vjp([1.0, 2.0, 3.0], 1, [1.0, 2.0], "grad")

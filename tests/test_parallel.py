@@ -7,7 +7,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from topk_cli.analysis.parallel import WorkerError, available_cores, check_jobs, parallel_map
+from topk_cli.analysis.parallel import WorkerError, available_cores, check_jobs, parallel_map, schedule
 from topk_cli.cli import app
 from topk_cli.errors import InvalidArgumentError, SoftTopKError
 
@@ -33,6 +33,15 @@ def test_map_keeps_order_for_every_jobs() -> None:
     assert parallel_map(_square_or_fail, items, jobs=1) == expected
     assert parallel_map(_square_or_fail, items, jobs=2, progress=lambda d, t: seen.append((d, t))) == expected
     assert seen[-1] == (6, 6) and len(seen) == 6
+
+
+def test_largest_first_changes_when_units_run_not_results() -> None:
+    items = [5, 1, 0, 2, 7, 6, 7]
+    assert schedule(items, None) == list(range(7))
+    assert schedule(items, float) == [4, 6, 5, 0, 3, 1, 2]  # decreasing cost, ties in grid order
+    expected = [x * x for x in items]
+    assert parallel_map(_square_or_fail, items, jobs=2, cost=float) == expected
+    assert parallel_map(_square_or_fail, items, jobs=1, cost=float) == expected
 
 
 def test_worker_errors_become_one_clear_error() -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import reference_wider as ref
 
+import topk_cli as st
 from topk_cli.api import scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators.perturbed import (
@@ -22,6 +23,7 @@ from topk_cli.operators.perturbed import (
     perturbed_potential,
     perturbed_vjp,
 )
+from topk_cli.registry import MONTE_CARLO_STDERRS
 
 Z_BOUND = 4.5
 CASES = [
@@ -85,6 +87,17 @@ def test_exact_invariants() -> None:
     np.testing.assert_allclose(fwd.q, 1 - fwd.p, atol=1e-15)
     hard = perturbed_forward(scaled_scores(np.array([3.0, 1.0, 2.0]), 2, tau=1e-3), 2, samples=100, seed=0)
     np.testing.assert_array_equal(hard.p, [[1.0, 0.0, 1.0]])
+
+
+def test_an_entry_no_pair_selected_still_has_a_standard_error() -> None:
+    """Every pair agreeing on a finite entry is no proof that its weight is 0: x = (0, 0, -3, 0, 0),
+    k = 1 has exact weight 3.7642e-4 on the third entry (``reference_wider.perturbed``), which the
+    default 500 pairs rarely see; its estimate 0 came with standard error 0 and was judged exact."""
+    res = st.evaluate(np.array([0.0, 0.0, -3.0, 0.0, 0.0]), 1, "perturbed")
+    assert res.weights[2] == 0.0 and res.stderr is not None
+    assert abs(res.weights[2] - 3.7642e-4) <= (MONTE_CARLO_STDERRS + 1) * res.stderr[2]
+    masked = st.evaluate(np.array([0.0, -np.inf, 1.0]), 1, "perturbed")
+    assert masked.stderr is not None and masked.stderr[1] == 0.0  # weight exactly 0
 
 
 def test_potential_gradient_is_the_estimate() -> None:

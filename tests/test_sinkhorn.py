@@ -15,7 +15,8 @@ import reference_wider as ref
 from topk_cli.api import scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators.sinkhorn import DEFAULT_TOL, NO_CONVERGENCE, ot_sinkhorn_forward
-from topk_cli.operators.threshold import thre_sigmoid_forward, threshold_jacobian
+from topk_cli.operators.threshold import threshold_jacobian
+from topk_cli.operators.threshold_sigmoid import thre_sigmoid_forward
 
 _RNG = np.random.default_rng(13)
 CASES = [
@@ -118,3 +119,12 @@ def test_jacobian_is_that_of_the_limit_map() -> None:
 def test_parameters_are_validated(max_iter: object, tol: object) -> None:
     with pytest.raises(InvalidArgumentError):
         ot_sinkhorn_forward(np.zeros((1, 3)), 1, max_iter=max_iter, tol=tol)  # type: ignore[arg-type]
+
+
+def test_fixed_point_reference_converges_from_a_1e300_wide_bracket() -> None:
+    """Three tied entries share k = 2 equally whatever tau; at tau = 1e-300 the reference's float
+    bracket starts 1e300 wide, and 200 halvings left it at 0.6675 each (sum 2.0024), which made a
+    correct operator row look wrong."""
+    for tau in (1e-300, 1e-20, 1e-3):
+        p = [float(v) for v in ref.sinkhorn_fixed_point([0.0, 1.0, 1.0, 1.0], 2, tau)]
+        np.testing.assert_allclose(p, [0.0, 2 / 3, 2 / 3, 2 / 3], rtol=0, atol=1e-15)

@@ -12,7 +12,8 @@ import pytest
 
 import topk_cli as st
 from topk_cli.api import _prepare
-from topk_cli.operators.threshold import SIGMOID_MAX_ITER, thre_laplace_forward, thre_sigmoid_forward
+from topk_cli.operators.threshold import thre_laplace_forward
+from topk_cli.operators.threshold_sigmoid import SIGMOID_MAX_ITER, thre_sigmoid_forward
 
 METHODS = ("thre-exp", "thre-sigmoid", "thre-laplace")
 

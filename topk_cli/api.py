@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -110,6 +110,16 @@ def _row_index(flat: int, batch_shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, batch_shape)) if batch_shape else ()
 
 
+def _raise_below_floor(x2: FloatArray, top: FloatArray, finite: NDArray[np.bool_], tau_f: float, floor: float,
+                       name: str) -> NoReturn:
+    with np.errstate(over="ignore"):  # a spread beyond float64 is reported as inf
+        spread = float(np.max(np.where(finite, top - x2, 0.0)))
+    raise InvalidArgumentError(
+        f"tau={tau_f:g} is too small for the spread of x ({spread:g}): (x - max x) / tau goes below "
+        f"{floor:g}, the lowest value method {name!r} supports; use tau >= {spread / -floor:.3g}"
+    )
+
+
 def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[str, object] | None = None) -> _Prepared:
     spec = get_method(method)
     impl = spec.bind(params)
@@ -122,7 +132,21 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[
     n = shape[-1]
     if not 1 <= k_int <= n:
         raise InvalidArgumentError(f"k must satisfy 1 <= k <= n (n={n}), got {k_int}")
-    x2 = arr.astype(np.float64).reshape(-1, n)
+    x2 = np.asarray(arr, dtype=np.float64).reshape(-1, n)  # read only: z below is a new array
+    floor = impl.z_floor
+    # A finite sum proves there is no NaN and no +-inf (either would make it NaN or infinite);
+    # a sum that merely overflows takes the full checks, which then find nothing.
+    with np.errstate(over="ignore", invalid="ignore"):
+        all_finite = bool(np.isfinite(np.sum(x2)))
+    if all_finite:
+        top = np.max(x2, axis=-1, keepdims=True)
+        with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
+            z = np.subtract(x2, top)
+            if tau_f != 1.0:  # z / 1 = z exactly
+                np.divide(z, tau_f, out=z)
+        if z.size and np.min(z) < floor:
+            _raise_below_floor(x2, top, np.ones(x2.shape, dtype=bool), tau_f, floor, spec.name)
+        return _Prepared(spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
     bad = np.isnan(x2) | (x2 == np.inf)
     if bad.any():
         flat = int(np.argmax(bad.any(axis=-1)))
@@ -144,14 +168,9 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[
     top = np.max(np.where(finite, x2, -np.inf), axis=-1, keepdims=True)
     with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
         z = (x2 - top) / tau_f
-    floor = impl.z_floor
     if (finite & (z < floor)).any():
-        spread = float(np.max(np.where(finite, top - x2, 0.0)))
-        raise InvalidArgumentError(
-            f"tau={tau_f:g} is too small for the spread of x ({spread:g}): (x - max x) / tau goes below "
-            f"{floor:g}, the lowest value method {spec.name!r} supports; use tau >= {spread / -floor:.3g}"
-        )
-    z = np.where(finite, z, -np.inf)
+        _raise_below_floor(x2, top, finite, tau_f, floor, spec.name)
+    # masked entries are already -inf: x2 = -inf minus a finite top, divided by tau > 0
     return _Prepared(spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
 
 
@@ -231,15 +250,22 @@ def evaluate(
     """
     prep = _prepare(x, k, method, tau, params)
     fwd, failures = _forward(prep)
-    failed = fwd.codes() != OK
-    p = np.where(failed[:, None], np.nan, fwd.p)
-    q = np.where(failed[:, None], np.nan, fwd.q)
     stderr = fwd.aux.get("stderr")
+    if failures:
+        failed = fwd.codes() != OK
+        p = np.where(failed[:, None], np.nan, fwd.p)
+        q = np.where(failed[:, None], np.nan, fwd.q)
+        if stderr is not None:
+            stderr = np.where(failed[:, None], np.nan, stderr)
+    else:  # no row failed: nothing to blank out
+        p, q = fwd.p, fwd.q
     if stderr is not None:
-        stderr = np.where(failed[:, None], np.nan, stderr).reshape(prep.shape)
+        stderr = stderr.reshape(prep.shape)
+    # the weights never share memory with the complement (the forward's own arrays otherwise)
+    fresh = failures or p.dtype != prep.out_dtype or not np.may_share_memory(p, q)
     return TopKResult(
         method=prep.spec.name, k=prep.k, tau=prep.tau,
-        weights=p.reshape(prep.shape).astype(prep.out_dtype),
+        weights=p.reshape(prep.shape).astype(prep.out_dtype, copy=not fresh),
         complement=q.reshape(prep.shape),
         status=fwd.codes().reshape(prep.shape[:-1]),
         failures=failures,

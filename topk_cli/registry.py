@@ -49,7 +49,8 @@ from topk_cli.operators.potentials import (
 from topk_cli.operators.projection import THRE_CLIP, THRE_CUBE, f_clip, f_cube
 from topk_cli.operators.sequential import ITERATIVE, WEIGHTED_SOFTMAX
 from topk_cli.operators.sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, NO_CONVERGENCE, OT_SINKHORN
-from topk_cli.operators.threshold import THRE_EXP, THRE_LAPLACE, THRE_SIGMOID
+from topk_cli.operators.threshold import THRE_EXP, THRE_LAPLACE
+from topk_cli.operators.threshold_sigmoid import THRE_SIGMOID
 from topk_cli.operators.topk_softmax import TOPK_SOFTMAX, topk_softmax_reference
 from topk_cli.recursion import RecursionOutlook, recursion_outlook
 from topk_cli.references import (

@@ -37,15 +37,19 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from topk_cli.analysis.parallel import parallel_map
+from topk_cli.analysis.probe_grid import DISTRIBUTIONS as DISTRIBUTIONS
+from topk_cli.analysis.probe_grid import MAX_PROBE_BYTES as MAX_PROBE_BYTES
+from topk_cli.analysis.probe_grid import _check_memory, _is_int, _is_real
+from topk_cli.analysis.probe_grid import draw_scores as draw_scores
+from topk_cli.analysis.probe_grid import parse_scales as parse_scales
+from topk_cli.analysis.probe_grid import probe_memory as probe_memory
+from topk_cli.analysis.probe_grid import resolve_k as resolve_k
 from topk_cli.api import evaluate, get_method, scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
 from topk_cli.recursion import RecursionOutlook, recursion_outlook
 from topk_cli.references import ReferenceContext
 from topk_cli.registry import METHODS, MONTE_CARLO_STDERRS, MethodSpec
-
-#: Input distributions, each standardised to mean 0 (median 0) and unit variance.
-DISTRIBUTIONS = ("normal", "uniform", "laplace", "student-t")
 
 #: Failure kinds besides the methods' own status codes, in display order.
 CHECK_KINDS = ("sum-error", "out-of-range", "order-violated", "inaccurate")
@@ -65,7 +69,6 @@ REFERENCES: Mapping[str, str] = MappingProxyType({
 #: this many decimal digits (traced cancellation or predicted amplification) counts as a near failure.
 NEAR_DIGITS = 12.0
 
-_SQRT3 = math.sqrt(3.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,97 +171,6 @@ class ProbeReport:
     def failed(self) -> bool:
         """True when some selected method failed somewhere on the grid (``--strict``)."""
         return any(cell.failures for cell in self.cells)
-
-
-# ---------------------------------------------------------------------------------------------
-# grid parsing
-
-
-def parse_scales(spec: str) -> tuple[float, ...]:
-    """Scales from ``"lo:hi:count"`` (log-spaced, both ends included) or ``"a,b,c"``.
-
-    Raises:
-        InvalidArgumentError: malformed spec, non-positive or non-finite scales.
-
-    >>> parse_scales("0.1:1000:5")
-    (0.1, 1.0, 10.0, 100.0, 1000.0)
-    """
-    text = spec.strip()
-    try:
-        if ":" in text:
-            parts = text.split(":")
-            if len(parts) != 3:
-                raise ValueError
-            lo, hi, count = float(parts[0]), float(parts[1]), int(parts[2])
-            if not (lo > 0 and hi >= lo and count >= 1 and math.isfinite(hi)):
-                raise ValueError
-            if count == 1:
-                return (lo,)
-            grid = np.logspace(math.log10(lo), math.log10(hi), count)
-            values = tuple(float(f"{v:.12g}") for v in grid)
-        else:
-            values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise InvalidArgumentError(
-            f"scales must be 'lo:hi:count' (log-spaced, 0 < lo <= hi, count >= 1) or a list like "
-            f"'0.1,1,10', got {spec!r}"
-        ) from None
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise InvalidArgumentError(f"scales must be finite and > 0, got {spec!r}")
-    return tuple(sorted(set(values)))
-
-
-def resolve_k(spec: str, n: int) -> int | None:
-    """``k`` for length ``n`` from ``"5"`` or a fraction of n ``"0.1n"``; None when k > n.
-
-    A fraction gives ``max(1, round(f * n))``.
-
-    Raises:
-        InvalidArgumentError: not a positive integer or a fraction in (0, 1] followed by ``n``.
-
-    >>> resolve_k("0.1n", 100), resolve_k("5", 3), resolve_k("1n", 7)
-    (10, None, 7)
-    """
-    text = spec.strip().lower()
-    try:
-        if text.endswith("n"):
-            frac = float(text[:-1]) if text[:-1] else 1.0
-            if not 0 < frac <= 1:
-                raise ValueError
-            return max(1, round(frac * n))
-        value = int(text)
-        if value < 1:
-            raise ValueError
-    except ValueError:
-        raise InvalidArgumentError(
-            f"k must be a positive integer or a fraction of n like '0.1n' (0 < fraction <= 1), got {spec!r}"
-        ) from None
-    return value if value <= n else None
-
-
-def draw_scores(n: int, trials: int, *, dist: str, seed: int) -> FloatArray:
-    """Standardised draws ``(trials, n)`` for length ``n``: the same for every k and scale.
-
-    The generator is keyed by ``(seed, n, dist)`` (``SeedSequence`` spawn key), so a cell's
-    draws do not depend on which other cells are in the grid. ``student-t`` has 3 degrees of
-    freedom (heavy tails), scaled to unit variance like the others.
-
-    Raises:
-        InvalidArgumentError: unknown ``dist``.
-
-    >>> draw_scores(3, 2, dist="uniform", seed=0).shape
-    (2, 3)
-    """
-    if dist not in DISTRIBUTIONS:
-        raise InvalidArgumentError(f"unknown distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(n, DISTRIBUTIONS.index(dist))))
-    if dist == "normal":
-        return rng.standard_normal((trials, n))
-    if dist == "uniform":
-        return rng.uniform(-_SQRT3, _SQRT3, (trials, n))
-    if dist == "laplace":
-        return rng.laplace(0.0, 1.0 / math.sqrt(2.0), (trials, n))
-    return rng.standard_t(3, (trials, n)) / _SQRT3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,47 +302,9 @@ def _detect(spec: MethodSpec, z: FloatArray, k: int, ctx: ReferenceContext) -> R
     )
 
 
+
 # ---------------------------------------------------------------------------------------------
 # the probe
-
-
-#: Largest working memory the probe will allocate for one (n, scale) unit of its grid, in bytes.
-MAX_PROBE_BYTES = 2 * 1024**3
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
-def probe_memory(names: Sequence[str], n: int, kmax: int, trials: int) -> int:
-    """Bytes the probe itself holds for one (n, scale) unit: draws, the log-space tables of the
-    GradTopK reference (two ``(n + 1, trials, kmax + 1)`` extended-precision tables, when a
-    selected method uses them) and a stability model's outlook (a few ``(2k, trials, k)`` arrays).
-    Methods need their own working memory on top (for the sequential ones ~ ``trials k n``)."""
-    total = 6 * trials * n * 8  # draws, x, z, weights, reference, differences
-    specs = [get_method(name) for name in names]
-    if any(spec.probe.compute is not None or spec.stability is not None for spec in specs):
-        total += 2 * (n + 1) * trials * (kmax + 1) * 16
-    if any(spec.stability is not None for spec in specs):
-        total += 6 * min(n, 2 * kmax) * trials * (kmax + 1) * 8
-    return total
-
-
-def _check_memory(names: Sequence[str], grid: Mapping[int, Sequence[int]], trials: int) -> None:
-    for n, ks in grid.items():
-        if not ks:
-            continue
-        need = probe_memory(names, n, max(ks), trials)
-        if need > MAX_PROBE_BYTES:
-            raise InvalidArgumentError(
-                f"the grid is too large: n={n}, k up to {max(ks)} and {trials} trials need about "
-                f"{need / 1024**3:.3g} GiB for the probe's references, more than its "
-                f"{MAX_PROBE_BYTES / 1024**3:.0f} GiB limit; use fewer trials or smaller n or k"
-            )
 
 
 def _first(scales: Sequence[float], counts: Sequence[int]) -> float | None:
@@ -439,7 +313,12 @@ def _first(scales: Sequence[float], counts: Sequence[int]) -> float | None:
 
 @dataclass(frozen=True)
 class _Unit:
-    """One (n, scale) unit of the probe's grid: everything its cells depend on."""
+    """One (n, scale, methods) unit of the probe's grid: everything its cells depend on.
+
+    ``names`` are the methods that share work on this (n, scale): those judged against the same
+    reference function (``grad`` and ``grad-recursive`` share its log-space tables); every other
+    method is a unit of its own, so the units are small enough to balance over the jobs.
+    """
 
     names: tuple[str, ...]
     n: int
@@ -451,6 +330,21 @@ class _Unit:
     seed: int
     tau: float
     tolerance: float
+
+
+def _method_groups(names: Sequence[str]) -> list[tuple[str, ...]]:
+    """``names`` split into the groups of :class:`_Unit`: one per reference function, in order."""
+    groups: dict[object, list[str]] = {}
+    for name in names:
+        compute = get_method(name).probe.compute
+        groups.setdefault(compute if compute is not None else name, []).append(name)
+    return [tuple(group) for group in groups.values()]
+
+
+def _unit_cost(u: _Unit) -> float:
+    """A rough run time estimate for scheduling (largest units start first): the sequential
+    methods cost O(n k) per trial, the others O(n) per k and iteration; only the order matters."""
+    return float(u.trials * u.n * (sum(u.ks) + 10 * len(u.ks)) * len(u.names))
 
 
 def _run_unit(u: _Unit) -> list[CellResult]:
@@ -506,8 +400,8 @@ def stability_probe(
     model (``grad-recursive``) the traced failure level and the predicted one. ``ks`` entries are integers
     or fractions of n (``"0.1n"``); k > n is skipped. Draws are keyed by ``(seed, n, dist)``
     and shared by every k and scale (paired comparisons; deterministic for a seed).
-    ``progress(done, total)`` is called after each (n, scale) unit. The units run on ``jobs``
-    processes (1: in-process); the report is identical for every ``jobs``.
+    ``progress(done, total)`` is called after each (n, scale, method group) unit. The units run on
+    ``jobs`` processes (1: in-process), largest first; the report is identical for every ``jobs``.
 
     Raises:
         InvalidArgumentError: unknown method or distribution, bad n, k, scale, trials, tau,
@@ -550,11 +444,11 @@ def stability_probe(
         raise InvalidArgumentError(f"no cell on the grid: every k in {list(k_specs)} exceeds every n in {list(n_list)}")
     _check_memory(names, grid, int(trials))
     units = [
-        _Unit(names, n, tuple(grid[n]), scale, dist, float(offset), int(trials), int(seed), float(tau), float(tolerance))
-        for n in n_list if grid[n] for scale in scale_list
+        _Unit(group, n, tuple(grid[n]), scale, dist, float(offset), int(trials), int(seed), float(tau), float(tolerance))
+        for n in n_list if grid[n] for scale in scale_list for group in _method_groups(names)
     ]
     found: dict[tuple[str, int, int, float], CellResult] = {}
-    for unit_cells in parallel_map(_run_unit, units, jobs=jobs, progress=progress):
+    for unit_cells in parallel_map(_run_unit, units, jobs=jobs, progress=progress, cost=_unit_cost):
         for cell in unit_cells:
             found[(cell.method, cell.n, cell.k, cell.scale)] = cell
     cells = tuple(found[key] for key in sorted(found, key=lambda t: (names.index(t[0]), t[1], t[2], t[3])))

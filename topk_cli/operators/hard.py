@@ -19,12 +19,15 @@ def hard_topk(z: FloatArray, k: int) -> Forward:
     >>> hard_topk(np.array([[3.0, 1.0, 2.0, 2.0]]), 2).p
     array([[1. , 0. , 0.5, 0.5]])
     """
-    kth = -np.partition(-z, k - 1, axis=-1)[:, k - 1 : k]
+    n = z.shape[-1]
+    kth = np.partition(z, n - k, axis=-1)[:, n - k : n - k + 1]  # the k-th largest
     above = z > kth
     at = z == kth
     share = (k - above.sum(axis=-1, keepdims=True)) / at.sum(axis=-1, keepdims=True)
-    p = np.where(above, 1.0, np.where(at, share, 0.0))
-    q = np.where(above, 0.0, np.where(at, 1.0 - share, 1.0))
+    # arithmetic on the masks instead of selects (exact: each sum meets a 0, share > 0)
+    at_share = np.multiply(at, share)
+    p = np.add(above, at_share)  # 1 above, share at the k-th value, 0 below
+    q = np.subtract(~above, at_share)  # 0 above, 1 - share at the k-th value, 1 below
     return Forward(p=p, q=q)
 
 

@@ -12,7 +12,8 @@ inputs give bitwise-equal outputs.
 Three choices of ``f``:
 
 * ``thre-exp``: ``f(t) = min(1, e^t)`` (closed form, C0: kink at ``t = 0``);
-* ``thre-sigmoid``: ``f(t) = 1 / (1 + e^{-t})`` (safeguarded Newton, C-infinity);
+* ``thre-sigmoid``: ``f(t) = 1 / (1 + e^{-t})`` (safeguarded Newton, C-infinity; its solver is in
+  :mod:`topk_cli.operators.threshold_sigmoid`, started from the ``thre-laplace`` threshold);
 * ``thre-laplace``: ``f(t) = 1 - e^{-t}/2`` for ``t >= 0``, ``e^t/2`` for ``t < 0`` (closed form, C1).
 
 The two closed forms share one principle. Writing ``f = min(U, L)`` (``U = 1``, ``L = e^t`` for
@@ -34,13 +35,6 @@ from collections.abc import Callable
 import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
-
-_LOG2 = float(np.log(2.0))
-_EPS = float(np.finfo(np.float64).eps)
-
-#: Iteration cap of the sigmoid solver (bisection alone needs ~60 steps on its bracket).
-SIGMOID_MAX_ITER = 100
-
 
 # ---------------------------------------------------------------------------------------------
 # shared helpers
@@ -317,6 +311,35 @@ def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
 
 
+def _laplace_guess_log(top: FloatArray, s_last: FloatArray, t0: FloatArray) -> FloatArray:
+    """``G(s_j)`` from ``a = log sum_{i<=j} e^{-s_i}`` and ``c = log sum_{i>j} e^{s_i}``, any spread."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):  # empty sums
+        log_tail = np.where(t0 > 0, s_last + np.log(np.where(t0 > 0, t0, 1.0)), -np.inf)
+        neg = np.where(np.isfinite(top), -top, -np.inf)
+        a = np.logaddexp.accumulate(neg, axis=1)
+        seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
+        c = np.logaddexp.accumulate(seq, axis=1)[:, -2::-1]  # c[:, j] = log sum_{i > j}
+        return np.arange(1, top.shape[1] + 1) - 0.5 * np.exp(top + a) + 0.5 * np.exp(c - top)
+
+
+def _laplace_guess_linear(top: FloatArray, s_last: FloatArray, t0: FloatArray) -> FloatArray:
+    """As :func:`_laplace_guess_log` with plain sums: for rows whose kept entries are >= -600."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):  # masked: -inf
+        e = np.exp(top)  # top <= 0: the row maximum is 0
+        a = np.cumsum(np.reciprocal(e), axis=1)  # sum_{i<=j} e^{-s_i}
+        c = np.empty_like(e)  # sum_{i>j} e^{s_i}, plus the tail
+        c[:, -1] = 0.0
+        np.cumsum(e[:, :0:-1], axis=1, out=c[:, -2::-1])
+        c += (t0 * np.exp(s_last))[:, None]
+        g = np.multiply(e, a, out=a)
+        g *= -0.5
+        np.divide(c, e, out=c)
+        c *= 0.5
+        g += c
+        g += np.arange(1, top.shape[1] + 1)
+        return g
+
+
 def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
     """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
     n = z.shape[1]
@@ -325,14 +348,13 @@ def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, n
     sat_rows = _saturated_from_top(top, k)
     n_fin = np.isfinite(top).sum(axis=1)  # min(#finite, size): what ``upper`` needs
     s_last, t0 = _tail_mass(top, tail)
-    # Log-space guess: G(s_j) from prefix sums a = log sum_{i<=j} e^{-s_i}, c = log sum_{i>j} e^{s_i}.
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):  # empty sums
-        log_tail = np.where(t0 > 0, s_last + np.log(np.where(t0 > 0, t0, 1.0)), -np.inf)
-        neg = np.where(np.isfinite(top), -top, -np.inf)
-        a = np.logaddexp.accumulate(neg, axis=1)
-        seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
-        c = np.logaddexp.accumulate(seq, axis=1)[:, -2::-1]  # c[:, j] = log sum_{i > j}
-        g_guess = np.arange(1, size + 1) - 0.5 * np.exp(top + a) + 0.5 * np.exp(c - top)
+    # A guess of G(s_j) from prefix sums (``_branch`` verifies it, so it only has to be close).
+    # Rows whose kept entries all lie within 600 of the row maximum 0 take linear space (no
+    # overflow: e^{-s_i} <= e^600), the others log space.
+    far = ((top < -600.0) & np.isfinite(top)).any(axis=1)
+    g_guess = _laplace_guess_linear(top, s_last, t0)
+    if far.any():
+        g_guess[far] = _laplace_guess_log(top[far], s_last[far], t0[far])
     upper = np.minimum(n_fin, size)
     guess = np.sum((g_guess < k) & np.isfinite(top), axis=1)
     m = _branch(top, s_last, t0, k, upper, guess, _g_laplace)
@@ -340,139 +362,6 @@ def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, n
     ref = np.where(sat_rows, 0.0, ref)
     delta = np.where(sat_rows, 0.0, delta)
     return ref, delta, sat_rows
-
-
-# ---------------------------------------------------------------------------------------------
-# thre-sigmoid
-
-
-def _sigmoid_parts(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """``(sigmoid(t), sigmoid(-t), sigmoid'(t))`` without overflow, from one ``exp(-|t|)``."""
-    with np.errstate(under="ignore", invalid="ignore"):  # e = 0 far from lambda; t = -inf masked
-        e = np.abs(t)
-        np.negative(e, out=e)
-        np.exp(e, out=e)
-        r = np.add(e, 1.0)
-        np.reciprocal(r, out=r)  # 1 / (1 + e)
-        small = np.multiply(e, r, out=e)
-        d = small * r
-    pos = t >= 0
-    return _select(pos, r, small), _select(pos, small, r), d
-
-
-def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray, delta: FloatArray,
-                      delta0: FloatArray, direct: np.ndarray, rows: np.ndarray,
-                      k: int) -> tuple[FloatArray, FloatArray]:
-    """``(sum p - k, sum p q)`` of ``rows`` at ``delta`` (see :func:`thre_sigmoid_forward`).
-
-    Entries whose ``a`` was clipped (``q < e^-699``) count with ``q = 0``, as an underflowed
-    ``e^{-t}`` would.
-
-    The residual ``(#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q`` adds only terms below 1/2,
-    so it does not cancel when many ``p`` are close to 1.
-    """
-    resid = np.empty(rows.size)
-    slope = np.empty(rows.size)
-    fast = ~direct[rows]
-    if fast.any():
-        sel = rows[fast]
-        a_sel = a if sel.size == a.shape[0] else a[sel]
-        u = np.exp(delta[sel] - delta0[sel])[:, None]
-        inv = a_sel + u
-        np.reciprocal(inv, out=inv)
-        pa = a_sel * inv
-        qa = np.multiply(inv, u, out=inv)
-        if clipped is not None:
-            qa[clipped if sel.size == a.shape[0] else clipped[sel]] = 0.0
-        up = a_sel >= u  # t >= 0
-        terms = np.multiply(pa, ~up)
-        terms -= np.multiply(qa, up)  # exact: the subtraction meets a 0 on every entry
-        resid[fast] = (np.count_nonzero(up, axis=1) - k) + terms.sum(axis=1)
-        pa *= qa
-        slope[fast] = pa.sum(axis=1)
-    if not fast.all():
-        sel = rows[~fast]
-        t = zr[sel] - delta[sel, None]
-        pa, qa, da = _sigmoid_parts(t)
-        up = t >= 0
-        resid[~fast] = (up.sum(axis=1) - k) + (np.where(up, 0.0, pa).sum(axis=1) - np.where(up, qa, 0.0).sum(axis=1))
-        slope[~fast] = da.sum(axis=1)
-    return resid, slope
-
-
-def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
-    """``p = sigmoid(z - lambda)`` with ``sum p = k``, lambda by safeguarded Newton (LML).
-
-    Solves ``max_{p in D(n,k)} <p, z> + sum H(p_i)`` (binary entropy ``H``). The Laplace CDF
-    ``F`` brackets the sigmoid: ``F(t - log 2) <= sigmoid(t) <= F(t + log 2)``, so the
-    ``thre-laplace`` threshold ``lambda_F`` (closed form) gives the start and a bracket
-    ``lambda in [lambda_F - log 2, lambda_F + log 2]`` for any spread. Newton runs on
-    ``delta = lambda - ref`` (``ref`` an entry of ``z`` next to ``lambda_F``), every row at once;
-    a step leaving the bracket is replaced by bisection. The residual
-    ``sum p - k = (#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q`` adds only terms below 1/2, so it
-    does not cancel when many ``p`` are close to 1. Iteration stops after taking a step
-    below ``8 eps (1 + |delta|)`` (or at a zero residual, or a bracket of width 0), so
-    ``delta`` is accurate to a few ulps, ``p`` to a few ulps relatively, and ``|sum p - k|`` is a
-    few ulps of ``k``. Typical: 3-6 Newton steps; cap :data:`SIGMOID_MAX_ITER`. Cost: one
-    ``exp`` pass before the solve, divisions per step, one ``exp`` pass for the weights.
-
-    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = sigmoid(lambda - z) (B, n)``;
-    ``aux["lambda"], aux["d"], aux["iterations"]`` (per row).
-
-    >>> np.round(thre_sigmoid_forward(np.array([[0.0, 0.0, -1.0]]), 2).p, 4)
-    array([[0.7426, 0.7426, 0.5148]])
-    """
-    b = z.shape[0]
-    ref, delta0, sat_rows = _laplace_threshold(z, k)
-    ref = np.where(np.isfinite(ref), ref, 0.0)
-    delta0 = np.where(np.isfinite(delta0), delta0, 0.0)
-    half_width = _LOG2 + 0.01 + 1e-12 * np.abs(delta0)
-    lo, hi = delta0 - half_width, delta0 + half_width
-    delta = delta0.copy()
-    zr = z - ref[:, None]  # exact for entries within a factor 2 of ref (Sterbenz)
-    # One exp pass for the whole solve: with a_i = e^{zr_i - delta0} and u = e^{delta - delta0}
-    # (in [0.49, 2.04] on the bracket), sigmoid(zr_i - delta) = a_i / (a_i + u) and its
-    # complement u / (a_i + u): each Newton step costs divisions, not exponentials. Entries with
-    # |zr_i - delta0| > 700 contribute 0 to the residual (q, resp. p, is below e^-699 on the
-    # whole bracket, as if e^{-|t|} had underflowed). Rows whose bracket is wider than the
-    # clip allows (|delta0| > 1e11, spreads beyond float64's relative resolution) are evaluated
-    # directly from zr - delta.
-    direct = half_width > 1.0
-    with np.errstate(under="ignore"):
-        a = np.subtract(zr, delta0[:, None])
-        over = a > 700.0
-        over_rows = over.any(axis=1)
-        np.minimum(a, 700.0, out=a)
-        np.putmask(a, a < -700.0, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
-        np.exp(a, out=a)
-    clipped = over if over_rows.any() else None
-    iters = np.zeros(b)
-    active = np.flatnonzero(~sat_rows)
-    for it in range(1, SIGMOID_MAX_ITER + 1):
-        if active.size == 0:
-            break
-        resid, slope = _sigmoid_residual(a, clipped, zr, delta, delta0, direct, active, k)
-        iters[active] = it
-        lo[active] = np.where(resid > 0, delta[active], lo[active])
-        hi[active] = np.where(resid < 0, delta[active], hi[active])
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # slope 0: bisect
-            step = resid / slope
-        cur = delta[active]
-        new = cur + step
-        tol = 8 * _EPS * (1.0 + np.abs(cur))
-        small = np.abs(step) <= tol  # at the ulp level: one more evaluation, at the new point
-        inside = np.isfinite(new) & (new > lo[active]) & (new < hi[active])
-        new = np.where(inside | small, new, 0.5 * (lo[active] + hi[active]))
-        # a step at the ulp level is taken and ends the solve: the weights are evaluated once,
-        # at the final delta, after the loop
-        done = (resid == 0) | small | (new == cur) | (hi[active] - lo[active] <= tol)
-        delta[active] = np.where(done & ~small, cur, new)
-        active = active[~done]
-    zr -= delta[:, None]  # t = zr - delta at the solution: the weights, elementwise
-    p, q, d = _sigmoid_parts(zr)
-    lam = ref + delta
-    _fill_saturated(z, sat_rows, p, q, d, lam)
-    return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,9 +405,6 @@ def threshold_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatAr
 
 THRE_EXP = Implementation(
     forward=thre_exp_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
-)
-THRE_SIGMOID = Implementation(
-    forward=thre_sigmoid_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
 )
 THRE_LAPLACE = Implementation(
     forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True

@@ -1,0 +1,188 @@
+"""The ``thre-sigmoid`` operator: ``p = sigmoid(z - lambda)`` with ``sum p = k`` (LML).
+
+Axis convention and the shared threshold machinery (partial sort, closed-form ``thre-laplace``
+threshold used as the start, Jacobian and VJP) are in :mod:`topk_cli.operators.threshold`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators.threshold import (
+    _fill_saturated,
+    _laplace_threshold,
+    _select,
+    threshold_jacobian,
+    threshold_vjp,
+)
+
+_LOG2 = float(np.log(2.0))
+_EPS = float(np.finfo(np.float64).eps)
+
+#: Iteration cap of the sigmoid solver (bisection alone needs ~60 steps on its bracket).
+SIGMOID_MAX_ITER = 100
+
+
+def _sigmoid_parts(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``(sigmoid(t), sigmoid(-t), sigmoid'(t))`` without overflow, from one ``exp(-|t|)``."""
+    with np.errstate(under="ignore", invalid="ignore"):  # e = 0 far from lambda; t = -inf masked
+        e = np.abs(t)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        r = np.add(e, 1.0)
+        np.reciprocal(r, out=r)  # 1 / (1 + e)
+        small = np.multiply(e, r, out=e)
+        d = small * r
+    pos = t >= 0
+    return _select(pos, r, small), _select(pos, small, r), d
+
+
+def _sigmoid_from_a(a: FloatArray, u: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``(a / (a + u), u / (a + u), their product)``; overwrites ``a``."""
+    den = np.add(a, u)
+    np.reciprocal(den, out=den)
+    p = np.multiply(a, den, out=a)
+    q = np.multiply(den, u, out=den)
+    return p, q, p * q
+
+
+def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray, delta: FloatArray,
+                      delta0: FloatArray, direct: np.ndarray, rows: np.ndarray,
+                      k: int) -> tuple[FloatArray, FloatArray]:
+    """``(sum p - k, sum p q)`` of ``rows`` at ``delta`` (see :func:`thre_sigmoid_forward`).
+
+    Entries whose ``a`` was clipped (``q < e^-699``) count with ``q = 0``, as an underflowed
+    ``e^{-t}`` would.
+
+    The residual ``(#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q`` adds only terms below 1/2,
+    so it does not cancel when many ``p`` are close to 1.
+    """
+    resid = np.empty(rows.size)
+    slope = np.empty(rows.size)
+    fast = ~direct[rows]
+    if fast.any():
+        sel = rows[fast]
+        a_sel = a if sel.size == a.shape[0] else a[sel]
+        u = np.exp(delta[sel] - delta0[sel])[:, None]
+        # w = min(p, q) = min(a, u) / (a + u) <= 1/2 on every entry: q where t >= 0, p below.
+        w = np.minimum(a_sel, u)
+        den = np.add(a_sel, u)
+        np.divide(w, den, out=w)
+        if clipped is not None:
+            w[clipped if sel.size == a.shape[0] else clipped[sel]] = 0.0
+        up = a_sel >= u
+        total = w.sum(axis=1)
+        w_up = np.multiply(w, up, out=den).sum(axis=1)
+        # (#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q, every term below 1/2 in size
+        resid[fast] = (np.count_nonzero(up, axis=1) - k) + ((total - w_up) - w_up)
+        # p q = w (1 - w) on every entry; w <= 1/2 keeps the difference within a factor 2
+        slope[fast] = total - np.einsum("ij,ij->i", w, w)
+    if not fast.all():
+        sel = rows[~fast]
+        t = zr[sel] - delta[sel, None]
+        pa, qa, da = _sigmoid_parts(t)
+        up = t >= 0
+        resid[~fast] = (up.sum(axis=1) - k) + (np.where(up, 0.0, pa).sum(axis=1) - np.where(up, qa, 0.0).sum(axis=1))
+        slope[~fast] = da.sum(axis=1)
+    return resid, slope
+
+
+def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
+    """``p = sigmoid(z - lambda)`` with ``sum p = k``, lambda by safeguarded Newton (LML).
+
+    Solves ``max_{p in D(n,k)} <p, z> + sum H(p_i)`` (binary entropy ``H``). The Laplace CDF
+    ``F`` brackets the sigmoid: ``F(t - log 2) <= sigmoid(t) <= F(t + log 2)``, so the
+    ``thre-laplace`` threshold ``lambda_F`` (closed form) gives the start and a bracket
+    ``lambda in [lambda_F - log 2, lambda_F + log 2]`` for any spread. Newton runs on
+    ``delta = lambda - ref`` (``ref`` an entry of ``z`` next to ``lambda_F``), every row at once;
+    a step leaving the bracket is replaced by bisection. The residual
+    ``sum p - k = (#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q`` adds only terms below 1/2, so it
+    does not cancel when many ``p`` are close to 1. Iteration stops after taking a step
+    below ``8 eps (1 + |delta|)`` (or at a zero residual, or a bracket of width 0), so
+    ``delta`` is accurate to a few ulps, ``p`` to a few ulps relatively, and ``|sum p - k|`` is a
+    few ulps of ``k``. Typical: 3-6 Newton steps; cap :data:`SIGMOID_MAX_ITER`. Cost: one
+    ``exp`` pass before the solve, divisions per step, one ``exp`` pass for the weights.
+
+    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = sigmoid(lambda - z) (B, n)``;
+    ``aux["lambda"], aux["d"], aux["iterations"]`` (per row).
+
+    >>> np.round(thre_sigmoid_forward(np.array([[0.0, 0.0, -1.0]]), 2).p, 4)
+    array([[0.7426, 0.7426, 0.5148]])
+    """
+    b = z.shape[0]
+    ref, delta0, sat_rows = _laplace_threshold(z, k)
+    ref = np.where(np.isfinite(ref), ref, 0.0)
+    delta0 = np.where(np.isfinite(delta0), delta0, 0.0)
+    half_width = _LOG2 + 0.01 + 1e-12 * np.abs(delta0)
+    lo, hi = delta0 - half_width, delta0 + half_width
+    delta = delta0.copy()
+    zr = z - ref[:, None]  # exact for entries within a factor 2 of ref (Sterbenz)
+    # One exp pass for the whole solve: with a_i = e^{zr_i - delta0} and u = e^{delta - delta0}
+    # (in [0.49, 2.04] on the bracket), sigmoid(zr_i - delta) = a_i / (a_i + u) and its
+    # complement u / (a_i + u): each Newton step costs divisions, not exponentials. Entries with
+    # |zr_i - delta0| > 700 contribute 0 to the residual (q, resp. p, is below e^-699 on the
+    # whole bracket, as if e^{-|t|} had underflowed). Rows whose bracket is wider than the
+    # clip allows (|delta0| > 1e11, spreads beyond float64's relative resolution) are evaluated
+    # directly from zr - delta.
+    direct = half_width > 1.0
+    with np.errstate(under="ignore"):
+        a = np.subtract(zr, delta0[:, None])
+        # the masks are only built when a row reaches beyond +-700 (two cheap reductions tell)
+        over_rows = np.max(a, axis=1) > 700.0
+        clipped: np.ndarray | None = None
+        if over_rows.any():
+            clipped = a > 700.0
+            np.minimum(a, 700.0, out=a)
+        under_rows = np.min(a, axis=1) < -700.0
+        if under_rows.any():
+            np.putmask(a, a < -700.0, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
+        np.exp(a, out=a)
+    iters = np.zeros(b)
+    active = np.flatnonzero(~sat_rows)
+    for it in range(1, SIGMOID_MAX_ITER + 1):
+        if active.size == 0:
+            break
+        resid, slope = _sigmoid_residual(a, clipped, zr, delta, delta0, direct, active, k)
+        iters[active] = it
+        lo[active] = np.where(resid > 0, delta[active], lo[active])
+        hi[active] = np.where(resid < 0, delta[active], hi[active])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # slope 0: bisect
+            step = resid / slope
+        cur = delta[active]
+        new = cur + step
+        tol = 8 * _EPS * (1.0 + np.abs(cur))
+        # Certified last step: |G''| <= |G'| for the sigmoid and G' changes by at most a factor
+        # e^h over a distance h, so the Newton point cur + step is within ~step^2 / 2 of the root;
+        # step^2 <= tol / 4 puts it within tol / 8, and no further evaluation is needed.
+        small = step * step <= 0.25 * tol
+        inside = np.isfinite(new) & (new > lo[active]) & (new < hi[active])
+        new = np.where(inside | small, new, 0.5 * (lo[active] + hi[active]))
+        # a step at the ulp level is taken and ends the solve: the weights are evaluated once,
+        # at the final delta, after the loop
+        done = (resid == 0) | small | (new == cur) | (hi[active] - lo[active] <= tol)
+        delta[active] = np.where(done & ~small, cur, new)
+        active = active[~done]
+    # The weights at the solution. Rows whose every entry kept its exact a_i (no clipping, not
+    # direct) reuse it: p = a / (a + u), q = u / (a + u) with u = e^{delta - delta0}, the same
+    # rounding as sigmoid(zr - delta) up to the |delta - delta0| <= 0.7 moved into u. Other rows
+    # take t = zr - delta directly. The choice is made per row, so a row's weights do not
+    # depend on the other rows of its batch.
+    exact_a = ~(direct | over_rows | under_rows)
+    u = np.exp(delta - delta0)[:, None]
+    if exact_a.all():
+        p, q, d = _sigmoid_from_a(a, u)
+    else:
+        p, q, d = np.empty_like(a), np.empty_like(a), np.empty_like(a)
+        rows_a, rows_t = np.flatnonzero(exact_a), np.flatnonzero(~exact_a)
+        p[rows_a], q[rows_a], d[rows_a] = _sigmoid_from_a(a[rows_a], u[rows_a])
+        t = zr[rows_t] - delta[rows_t, None]  # t = zr - delta at the solution, elementwise
+        p[rows_t], q[rows_t], d[rows_t] = _sigmoid_parts(t)
+    lam = ref + delta
+    _fill_saturated(z, sat_rows, p, q, d, lam)
+    return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters})
+
+
+THRE_SIGMOID = Implementation(
+    forward=thre_sigmoid_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+)
