@@ -346,3 +346,23 @@ def test_grad_memory_does_not_grow_with_n_times_k() -> None:
         tracemalloc.stop()
     assert abs(p.sum() - 1000) <= 1e-9
     assert peak < 64 * 2**20  # the full O(n k) tables alone would be 40 MB each, several of them
+
+
+@pytest.mark.parametrize("method", ["grad", "grad-recursive"])
+def test_fused_vjp_matches_the_separate_passes_and_raises_the_same(method: str) -> None:
+    """``vjp`` runs the forward pass and the tangent together: same product as forward + VJP,
+    and a row the forward pass rejects raises the same failure."""
+    rng = np.random.default_rng(21)
+    x = np.concatenate([rng.normal(size=(4, 9)), [[-np.inf, 0.5, -np.inf, 1.0, 2.0, 0.0, 3.0, -1.0, 0.2]]])
+    v = rng.normal(size=x.shape)
+    impl = st.METHODS[method].implementation
+    for k in (1, 3, 7) if method == "grad" else (1, 2, 3):  # the recursion fails at k = 7 here
+        z = (x - x.max(axis=-1, keepdims=True)) / 0.8
+        want = impl.vjp(impl.forward(z, k), z, k, v) / 0.8
+        np.testing.assert_array_equal(st.vjp(x, k, v, method, tau=0.8), want)
+    bad = [0.0, 50.0, 100.0]
+    with pytest.raises(NumericalFailureError) as fused:
+        st.vjp(bad, 2, [1.0, 0.0, 0.0], "grad-recursive", tau=0.01)
+    with pytest.raises(NumericalFailureError) as plain:
+        st.soft_topk(bad, 2, "grad-recursive", tau=0.01)
+    assert str(fused.value) == str(plain.value)

@@ -13,7 +13,7 @@ absent. NaN and ``+inf`` are invalid.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 import numpy as np
@@ -304,7 +304,16 @@ def soft_topk(
     return result.weights
 
 
-def _checked_forward(prep: _Prepared) -> Forward:
+def _checked_forward(prep: _Prepared, computed: Forward | None = None) -> Forward:
+    """The forward pass of ``prep``, raising on the first failed row.
+
+    ``computed``: a forward pass the implementation already ran (``forward_vjp``); its rows
+    are diagnosed exactly as ``_forward`` diagnoses a fresh one, without averaging ties (only the
+    failures are used, not the weights).
+    """
+    if computed is not None:
+        done = computed
+        prep = replace(prep, impl=replace(prep.impl, forward=lambda z, k: done, elementwise=True))
     fwd, failures = _forward(prep)
     if failures:
         raise NumericalFailureError(failures)
@@ -357,9 +366,16 @@ def vjp(
         raise InvalidArgumentError("v must be finite (no NaN or inf)")
     if prep.z.shape[0] == 0:  # an empty batch has an empty product, whatever the method
         return np.zeros(prep.shape, dtype=prep.out_dtype)
-    fwd = _checked_forward(prep)
-    with np.errstate(all="ignore"):
-        out = prep.impl.vjp(fwd, prep.z, prep.k, v2) / prep.tau
+    fused = prep.impl.forward_vjp
+    if fused is not None and not prep.params:  # one pass for both (parameters are not bound to it)
+        with np.errstate(all="ignore"):
+            fwd, out = fused(prep.z, prep.k, v2)
+        _checked_forward(prep, fwd)
+        out = out / prep.tau
+    else:
+        fwd = _checked_forward(prep)
+        with np.errstate(all="ignore"):
+            out = prep.impl.vjp(fwd, prep.z, prep.k, v2) / prep.tau
     return out.reshape(prep.shape).astype(prep.out_dtype)
 
 

@@ -63,6 +63,7 @@ class Forward:
 ForwardFn = Callable[[FloatArray, int], Forward]
 JacobianFn = Callable[[Forward, FloatArray, int], FloatArray]
 VjpFn = Callable[[Forward, FloatArray, int, FloatArray], FloatArray]
+ForwardVjpFn = Callable[[FloatArray, int, FloatArray], tuple[Forward, FloatArray]]
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Implementation:
     rounding-level asymmetries that the order of summation would otherwise introduce.
     ``z_floor`` is the lowest finite ``z`` the implementation handles (e.g. a method summing up
     to k entries of ``z`` needs ``k * z_floor`` to stay finite).
+    ``forward_vjp(z, k, v)``, when given, returns what ``forward(z, k)`` and then
+    ``vjp(fwd, z, k, v)`` would (same per-row codes and messages) from one shared computation;
+    the API uses it for the VJP of a method without parameters.
     """
 
     forward: ForwardFn
@@ -82,3 +86,4 @@ class Implementation:
     vjp: VjpFn
     elementwise: bool = False
     z_floor: float = Z_FLOOR
+    forward_vjp: ForwardVjpFn | None = None

@@ -43,6 +43,10 @@ MIN_PK = 1e-10
 #: Floats in the working tables of one chunk of rows (64 MiB).
 BUDGET = 1 << 23
 
+#: Entries of the backward sweep whose states are kept and combined with the forward ones in
+#: one vectorised operation (fewer, larger numpy calls; at most ``BUDGET / 16`` floats).
+SEGMENT = 64
+
 
 @dataclass(frozen=True)
 class Marginals:
@@ -65,11 +69,7 @@ def _sigmoid_pair(t: FloatArray) -> tuple[FloatArray, FloatArray]:
         np.reciprocal(r, out=r)
         small = np.multiply(e, r, out=e)
     pos = t >= 0
-    big_p = np.multiply(r, pos)
-    big_p += np.multiply(small, ~pos)
-    big_q = np.multiply(small, pos)
-    big_q += np.multiply(r, ~pos)
-    return big_p, big_q
+    return np.where(pos, r, small), np.where(pos, small, r)
 
 
 def _tilt(z: FloatArray, k: int, lam0: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -82,9 +82,13 @@ def _tilt(z: FloatArray, k: int, lam0: FloatArray) -> tuple[FloatArray, FloatArr
     lam = lam0.copy()
     rows = np.arange(z.shape[0])
     pi, qi = _sigmoid_pair(z - lam[:, None])
-    for _ in range(4):
-        mu = pi[rows].sum(axis=1)
-        var = (pi[rows] * qi[rows]).sum(axis=1)
+    for step in range(4):
+        if step == 0:  # every row: no gathered copies
+            mu = pi.sum(axis=1)
+            var = np.einsum("rn,rn->r", pi, qi)
+        else:
+            mu = pi[rows].sum(axis=1)
+            var = np.einsum("rn,rn->r", pi[rows], qi[rows])
         off = np.abs(mu - k) > 2.0 * np.sqrt(var) + 0.5
         if not off.any():
             break
@@ -184,12 +188,16 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
                 da, dnxt = dnxt, da
             _step(a, pit[i], qit[i], nxt, buf)
             a, nxt = nxt, a
-    # backward sweep: beta (the entries after t) combined with alpha (the entries before t)
+    # backward sweep: beta (the entries after t), kept for a segment of up to ``seg`` entries,
+    # then combined with alpha (the entries before t) for the whole segment at once
     nh = np.empty((n, rows))
     mh = np.empty((n, rows))
     dnh = None if dpit is None else np.empty((n, rows))
     dmh = None if dpit is None else np.empty((n, rows))
-    b = np.zeros((width, rows))
+    seg = max(1, min(SEGMENT, BUDGET // (16 * width * rows)))
+    bseg = np.empty((seg, width, rows))
+    dbseg = None if dpit is None else np.empty_like(bseg)
+    b = np.zeros((width, rows))  # beta before the current segment's last entry
     b[0] = 1.0
     db = np.zeros((width, rows))
     for blk in range(blocks - 1, -1, -1):
@@ -204,33 +212,47 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
                     _tangent_step(table[i - start], dtable[i - start], pit[i], qit[i], dpit[i],
                                   dtable[i - start + 1], buf)
                 _step(table[i - start], pit[i], qit[i], table[i - start + 1], buf)
-        for t in range(stop - 1, start - 1, -1):
-            at = table[t - base]
-            rev_n, rev_m = b[k - 1 :: -1], b[::-1]  # beta(k-1-j), j < k; beta(k-j), j <= k
-            nh[t] = np.einsum("jr,jr->r", at[:k], rev_n)
-            mh[t] = np.einsum("jr,jr->r", at, rev_m)
-            if dtable is not None and dnh is not None and dmh is not None and dpit is not None:
-                dat = dtable[t - base]
-                dnh[t] = np.einsum("jr,jr->r", dat[:k], rev_n) + np.einsum("jr,jr->r", at[:k], db[k - 1 :: -1])
-                dmh[t] = np.einsum("jr,jr->r", dat, rev_m) + np.einsum("jr,jr->r", at, db[::-1])
-                _tangent_step(b, db, pit[t], qit[t], dpit[t], dnxt, buf)
-                db, dnxt = dnxt, db
-            _step(b, pit[t], qit[t], nxt, buf)
-            b, nxt = nxt, b
+        for top in range(stop, start, -seg):
+            t0 = max(start, top - seg)
+            size = top - t0
+            bseg[size - 1] = b  # bseg[t - t0] = beta before entry t
+            if dbseg is not None:
+                dbseg[size - 1] = db
+            for t in range(top - 1, t0 - 1, -1):
+                cur = bseg[t - t0]
+                nxt_b = bseg[t - t0 - 1] if t > t0 else b
+                if dbseg is not None and dpit is not None:
+                    nxt_db = dbseg[t - t0 - 1] if t > t0 else db
+                    _tangent_step(cur, dbseg[t - t0], pit[t], qit[t], dpit[t], nxt_db, buf)
+                _step(cur, pit[t], qit[t], nxt_b, buf)
+            at = table[t0 - base : top - base]
+            bs = bseg[:size]
+            # p_t's numerator: sum_j alpha_t(j) beta_t(k-1-j), j < k; its complement's: beta_t(k-j)
+            nh[t0:top] = np.einsum("tjr,tjr->tr", at[:, :k], bs[:, k - 1 :: -1])
+            mh[t0:top] = np.einsum("tjr,tjr->tr", at, bs[:, ::-1])
+            if dtable is not None and dbseg is not None and dnh is not None and dmh is not None:
+                dat = dtable[t0 - base : top - base]
+                dbs = dbseg[:size]
+                dnh[t0:top] = np.einsum("tjr,tjr->tr", dat[:, :k], bs[:, k - 1 :: -1])
+                dnh[t0:top] += np.einsum("tjr,tjr->tr", at[:, :k], dbs[:, k - 1 :: -1])
+                dmh[t0:top] = np.einsum("tjr,tjr->tr", dat, bs[:, ::-1])
+                dmh[t0:top] += np.einsum("tjr,tjr->tr", at, dbs[:, ::-1])
     num = pit * nh  # (n, R)
-    den = qit * mh
+    den = np.multiply(qit, mh, out=mh if dpit is None else None)  # mh is still needed for dp
     total = num + den  # = P(k) for every t, up to rounding
     with np.errstate(divide="ignore", invalid="ignore"):  # uncertified rows are recomputed
-        pt = num / total
-        qt = den / total
+        pt = np.divide(num, total, out=num)
+        qt = np.divide(den, total, out=den)
         dpt = None
         if dpit is not None and dnh is not None and dmh is not None:
             dnum = dpit * nh + pit * dnh
             dden = qit * dmh - dpit * mh
             dpt = (qt * dnum - pt * dden) / total
-    masked = ~np.isfinite(z.T)
-    smallest = (np.minimum(pt, qt) + masked).min(axis=0)  # masked entries (p = 0) do not count
-    ok = np.isfinite(pt).all(axis=0) & np.isfinite(qt).all(axis=0) & (smallest >= TINY)
+    # 0 <= num, den <= total: pt and qt lie in [0, 1] or are NaN (0 / 0), and a NaN propagates
+    # through minimum and min, failing the comparison; masked entries (p = 0) do not count
+    smallest = np.minimum(pt, qt)
+    smallest += ~np.isfinite(z.T)
+    ok = smallest.min(axis=0) >= TINY
     ok &= total.min(axis=0) >= MIN_PK
     if dpt is not None:
         ok &= np.isfinite(dpt).all(axis=0)

@@ -255,9 +255,13 @@ def _run(z: FloatArray, k: int, v: FloatArray | None) -> tuple[_Program, FloatAr
             zi = prog.zz[idx]
             vi = None if v is None else v[idx]
             res = marginals(zi, int(kk), _start_tilt(zi, int(kk)), vi)
-            ps[idx], qs[idx] = res.p, res.q
-            if dps is not None and res.dp is not None:
-                dps[idx] = res.dp
+            if idx.size == rows:  # one program for every row (the usual case): no copies
+                ps, qs = res.p, res.q
+                dps = res.dp if dps is not None else None
+            else:
+                ps[idx], qs[idx] = res.p, res.q
+                if dps is not None and res.dp is not None:
+                    dps[idx] = res.dp
             bad = np.flatnonzero(~res.certified)
             if bad.size:
                 lp, lq, ldp = _logspace_rows(zi[bad], int(kk), None if vi is None else vi[bad])
@@ -280,12 +284,26 @@ def _grad_forward(z: FloatArray, k: int) -> Forward:
     array([[0.3568, 0.7622, 0.6595, 0.2216]])
     """
     prog, ps, qs, _ = _run(z, k, None)
-    flip = prog.flip[:, None]
-    p = np.where(flip, qs, ps)
-    q = np.where(flip, ps, qs)
-    p = np.where(prog.finite, p, 0.0)
-    q = np.where(prog.finite, q, 1.0)
+    return _exact_forward(prog, ps, qs)
+
+
+def _exact_forward(prog: _Program, ps: FloatArray, qs: FloatArray) -> Forward:
+    """The weights of the input rows from the marginals of the program each row ran."""
+    p, q = ps, qs
+    if prog.flip.any():
+        flip = prog.flip[:, None]
+        p, q = np.where(flip, qs, ps), np.where(flip, ps, qs)
+    if not prog.finite.all():
+        p, q = np.where(prog.finite, p, 0.0), np.where(prog.finite, q, 1.0)
     return Forward(p=p, q=q)
+
+
+def _grad_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`_grad_forward` and :func:`_grad_vjp` from one run of the program (the tangent
+    sweep computes the marginals on the way)."""
+    prog, ps, qs, dps = _run(z, k, np.where(np.isfinite(z), v, 0.0))
+    assert dps is not None
+    return _exact_forward(prog, ps, qs), np.where(prog.finite, dps, 0.0)
 
 
 def _grad_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
@@ -353,7 +371,9 @@ def _grad_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 
 
 #: GradTopK by the exact log-space dynamic program.
-GRAD = Implementation(forward=_grad_forward, jacobian=_grad_jacobian, vjp=_grad_vjp)
+GRAD = Implementation(
+    forward=_grad_forward, jacobian=_grad_jacobian, vjp=_grad_vjp, forward_vjp=_grad_forward_vjp
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,14 +428,23 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
     min_entry = np.full(rows, -1, dtype=np.int64)
     alive = np.ones(rows, dtype=bool)
     previous = np.full((rows, n), np.nan)
+    arg = np.empty((rows, n))  # buffers reused level after level (same operations, in place)
+    tmp = np.empty((rows, n))
     log_zi = z.copy()
     log_z = logsumexp(log_zi, axis=-1)
     # log(0) and log(< 0) are the failures under study: they are recorded, not warned about
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for j in range(2, k + 1):
-            arg = 1.0 - np.exp(log_zi - log_z[:, None])
-            worst = np.argmin(np.where(np.isnan(arg), np.inf, arg), axis=-1)
+            np.subtract(log_zi, log_z[:, None], out=arg)
+            np.exp(arg, out=arg)
+            np.subtract(1.0, arg, out=arg)
+            worst = np.argmin(arg, axis=-1)  # the first NaN of a row that has one
             low = arg[every, worst]
+            nan_rows = np.flatnonzero(np.isnan(low))  # NaN (only after a failure) is not a minimum
+            if nan_rows.size:
+                sub = arg[nan_rows]
+                worst[nan_rows] = np.argmin(np.where(np.isnan(sub), np.inf, sub), axis=-1)
+                low[nan_rows] = sub[np.arange(nan_rows.size), worst[nan_rows]]
             new = alive & (low <= 0)
             failed_level[new] = j
             kind[new] = np.where(low[new] == 0, "log0", "log-negative")
@@ -427,9 +456,10 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
             min_argument[better] = low[better]
             min_level[better] = j
             min_entry[better] = worst[better]
-            log_zi = z + log_z[:, None] + np.log(arg)
-            log_z = logsumexp(log_zi, axis=-1) - np.log(j)
-            previous = arg
+            np.add(z, log_z[:, None], out=log_zi)
+            log_zi += np.log(arg, out=tmp)
+            log_z = _logsumexp_rows(log_zi, tmp) - np.log(j)
+            previous, arg = arg, previous
         p = np.exp(log_zi - log_z[:, None])
     trace = RecursionTrace(
         failed_level=failed_level,
@@ -440,6 +470,16 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
         digits_lost=np.maximum(0.0, -np.log10(min_argument)) + 0.0,
     )
     return _Recursion(p=p, trace=trace, entry=entry, min_level=min_level, min_entry=min_entry)
+
+
+def _logsumexp_rows(a: FloatArray, buf: FloatArray) -> FloatArray:
+    """:func:`logsumexp` over the last axis of ``a`` (same operations), with ``buf`` as scratch."""
+    m = np.max(a, axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    np.subtract(a, m_safe, out=buf)
+    with np.errstate(divide="ignore"):  # log(0) = -inf is the right answer for empty sums
+        out = np.log(np.sum(np.exp(buf, out=buf), axis=-1, keepdims=True)) + m_safe
+    return np.squeeze(out, axis=-1)
 
 
 def grad_recursive_trace(z: FloatArray, k: int) -> RecursionTrace:
@@ -500,8 +540,12 @@ def _recursive_forward(z: FloatArray, k: int) -> Forward:
     >>> f.p.round(4).tolist(), f.code.tolist(), f.level.tolist()
     ([[0.91, 0.7553, 0.3348], [nan, nan, nan]], ['ok', 'log0'], [-1, 2])
     """
+    return _recursive_checked(z, k, _grad_forward(z, k))
+
+
+def _recursive_checked(z: FloatArray, k: int, exact: Forward) -> Forward:
+    """The recursion's weights, checked against ``exact`` (``grad``'s forward pass on ``z``)."""
     rec = _run_recursion(z, k)
-    exact = _grad_forward(z, k)
     tr = rec.trace
     code = tr.kind.copy()
     level = tr.failed_level.copy()
@@ -536,5 +580,14 @@ def _recursive_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatA
     return _grad_vjp(fwd, z, k, v)
 
 
+def _recursive_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`_recursive_forward` and :func:`_recursive_vjp` sharing one run of the exact program."""
+    exact, out = _grad_forward_vjp(z, k, v)
+    return _recursive_checked(z, k, exact), out
+
+
 #: GradTopK by the article's recursion, failures detected and reported per row.
-GRAD_RECURSIVE = Implementation(forward=_recursive_forward, jacobian=_recursive_jacobian, vjp=_recursive_vjp)
+GRAD_RECURSIVE = Implementation(
+    forward=_recursive_forward, jacobian=_recursive_jacobian, vjp=_recursive_vjp,
+    forward_vjp=_recursive_forward_vjp,
+)
