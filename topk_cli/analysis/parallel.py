@@ -118,6 +118,9 @@ def schedule(items: Sequence[T], cost: Callable[[T], float] | None) -> list[int]
 def _terminate(pool: ProcessPoolExecutor) -> None:
     """Cancel what has not started and kill the workers (so no process outlives an interrupt)."""
     processes = dict(getattr(pool, "_processes", None) or {})
+    call_queue = getattr(pool, "_call_queue", None)
+    if call_queue is not None:  # its feeder thread may be blocked on a pipe no worker will read:
+        call_queue.cancel_join_thread()  # do not wait for it at exit (multiprocessing's documented escape)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in list(processes.values()):
         if process.is_alive():
