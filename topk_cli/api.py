@@ -110,10 +110,9 @@ def _row_index(flat: int, batch_shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, batch_shape)) if batch_shape else ()
 
 
-def _raise_below_floor(x2: FloatArray, top: FloatArray, finite: NDArray[np.bool_], tau_f: float, floor: float,
-                       name: str) -> NoReturn:
+def _raise_below_floor(x2: FloatArray, top: FloatArray, tau_f: float, floor: float, name: str) -> NoReturn:
     with np.errstate(over="ignore"):  # a spread beyond float64 is reported as inf
-        spread = float(np.max(np.where(finite, top - x2, 0.0)))
+        spread = float(np.max(np.where(np.isfinite(x2), top - x2, 0.0)))
     raise InvalidArgumentError(
         f"tau={tau_f:g} is too small for the spread of x ({spread:g}): (x - max x) / tau goes below "
         f"{floor:g}, the lowest value method {name!r} supports; use tau >= {spread / -floor:.3g}"
@@ -138,39 +137,37 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[
     # a sum that merely overflows takes the full checks, which then find nothing.
     with np.errstate(over="ignore", invalid="ignore"):
         all_finite = bool(np.isfinite(np.sum(x2)))
-    if all_finite:
-        top = np.max(x2, axis=-1, keepdims=True)
-        with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
-            z = np.subtract(x2, top)
-            if tau_f != 1.0:  # z / 1 = z exactly
-                np.divide(z, tau_f, out=z)
-        if z.size and np.min(z) < floor:
-            _raise_below_floor(x2, top, np.ones(x2.shape, dtype=bool), tau_f, floor, spec.name)
-        return _Prepared(spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
-    bad = np.isnan(x2) | (x2 == np.inf)
-    if bad.any():
-        flat = int(np.argmax(bad.any(axis=-1)))
-        col = int(np.argmax(bad[flat]))
-        where = _row_index(flat, shape[:-1])
-        label = f"row {where}, entry {col}" if where else f"entry {col}"
-        raise InvalidArgumentError(
-            f"x must not contain NaN or +inf (use -inf to mask an entry); found {x2[flat, col]} at {label}"
-        )
-    finite = np.isfinite(x2)
-    counts = finite.sum(axis=-1)
-    if (counts < k_int).any():
-        flat = int(np.argmax(counts < k_int))
-        where = _row_index(flat, shape[:-1])
-        label = f"row {where}" if where else "the vector"
-        raise InvalidArgumentError(
-            f"{label} has only {counts[flat]} unmasked entries (-inf = masked), fewer than k={k_int}"
-        )
-    top = np.max(np.where(finite, x2, -np.inf), axis=-1, keepdims=True)
+    if not all_finite:
+        bad = np.isnan(x2) | (x2 == np.inf)
+        if bad.any():
+            flat = int(np.argmax(bad.any(axis=-1)))
+            col = int(np.argmax(bad[flat]))
+            where = _row_index(flat, shape[:-1])
+            label = f"row {where}, entry {col}" if where else f"entry {col}"
+            raise InvalidArgumentError(
+                f"x must not contain NaN or +inf (use -inf to mask an entry); found {x2[flat, col]} at {label}"
+            )
+        counts = np.isfinite(x2).sum(axis=-1)
+        if (counts < k_int).any():
+            flat = int(np.argmax(counts < k_int))
+            where = _row_index(flat, shape[:-1])
+            label = f"row {where}" if where else "the vector"
+            raise InvalidArgumentError(
+                f"{label} has only {counts[flat]} unmasked entries (-inf = masked), fewer than k={k_int}"
+            )
+    # every non-finite entry left is -inf (masked) and each row has k >= 1 finite ones: the row
+    # maximum is finite, and z is -inf exactly on the masked entries
+    top = np.max(x2, axis=-1, keepdims=True)
     with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
-        z = (x2 - top) / tau_f
-    if (finite & (z < floor)).any():
-        _raise_below_floor(x2, top, finite, tau_f, floor, spec.name)
-    # masked entries are already -inf: x2 = -inf minus a finite top, divided by tau > 0
+        z = np.subtract(x2, top)
+        if tau_f != 1.0:  # z / 1 = z exactly
+            np.divide(z, tau_f, out=z)
+    if all_finite:
+        too_low = bool(z.size) and bool(np.min(z) < floor)
+    else:  # masked entries (-inf) are below any floor by design
+        too_low = bool((np.isfinite(x2) & (z < floor)).any())
+    if too_low:
+        _raise_below_floor(x2, top, tau_f, floor, spec.name)
     return _Prepared(spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
 
 
