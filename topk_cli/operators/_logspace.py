@@ -8,12 +8,15 @@ import numpy as np
 from topk_cli.operators._base import FloatArray
 
 
-def logsumexp(a: FloatArray, axis: int = -1) -> FloatArray:
-    """``log(sum(exp(a)))`` along ``axis``; ``-inf`` for an all ``-inf`` slice, never NaN."""
+def logsumexp(a: FloatArray, axis: int = -1, *, buf: FloatArray | None = None) -> FloatArray:
+    """``log(sum(exp(a)))`` along ``axis``; ``-inf`` for an all ``-inf`` slice, never NaN.
+
+    ``buf``, an array of ``a``'s shape, is used as scratch (same operations, no temporaries)."""
     m = np.max(a, axis=axis, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)
+    shifted = np.subtract(a, m_safe, out=buf)
     with np.errstate(divide="ignore"):  # log(0) = -inf is the right answer for empty sums
-        out = np.log(np.sum(np.exp(a - m_safe), axis=axis, keepdims=True)) + m_safe
+        out = np.log(np.sum(np.exp(shifted, out=shifted), axis=axis, keepdims=True)) + m_safe
     return np.squeeze(out, axis=axis)
 
 

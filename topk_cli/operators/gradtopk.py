@@ -458,7 +458,7 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
             min_entry[better] = worst[better]
             np.add(z, log_z[:, None], out=log_zi)
             log_zi += np.log(arg, out=tmp)
-            log_z = _logsumexp_rows(log_zi, tmp) - np.log(j)
+            log_z = logsumexp(log_zi, buf=tmp) - np.log(j)
             previous, arg = arg, previous
         p = np.exp(log_zi - log_z[:, None])
     trace = RecursionTrace(
@@ -470,16 +470,6 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
         digits_lost=np.maximum(0.0, -np.log10(min_argument)) + 0.0,
     )
     return _Recursion(p=p, trace=trace, entry=entry, min_level=min_level, min_entry=min_entry)
-
-
-def _logsumexp_rows(a: FloatArray, buf: FloatArray) -> FloatArray:
-    """:func:`logsumexp` over the last axis of ``a`` (same operations), with ``buf`` as scratch."""
-    m = np.max(a, axis=-1, keepdims=True)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    np.subtract(a, m_safe, out=buf)
-    with np.errstate(divide="ignore"):  # log(0) = -inf is the right answer for empty sums
-        out = np.log(np.sum(np.exp(buf, out=buf), axis=-1, keepdims=True)) + m_safe
-    return np.squeeze(out, axis=-1)
 
 
 def grad_recursive_trace(z: FloatArray, k: int) -> RecursionTrace:
