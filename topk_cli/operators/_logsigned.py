@@ -369,33 +369,3 @@ def _checked(out: FloatArray, method: str) -> FloatArray:
         )
         raise NumericalFailureError(failures)
     return out
-
-
-def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> Forward:
-    """One :class:`Forward` for ``bsz`` rows from forwards computed on row subsets: ``parts`` are
-    ``(rows, fwd)`` pairs, later parts overwriting earlier ones on shared rows. Every part must
-    carry the same ``aux`` keys (arrays with the row as first axis)."""
-    first = parts[0][1]
-
-    def full(a: FloatArray) -> FloatArray:
-        return np.zeros((bsz, *a.shape[1:]), dtype=a.dtype)
-
-    out = Forward(p=full(first.p), q=full(first.q))
-    out.aux = {name: full(val) for name, val in first.aux.items()}
-    failed = any(fwd.code is not None for _, fwd in parts)
-    code = np.full(bsz, OK, dtype="<U16")
-    level = np.full(bsz, -1, dtype=np.int64)
-    value = np.full(bsz, np.nan)
-    for rows, fwd in parts:
-        out.p[rows], out.q[rows] = fwd.p, fwd.q
-        for name, val in fwd.aux.items():
-            out.aux[name][rows] = val
-        code[rows] = fwd.codes()
-        level[rows] = -1 if fwd.level is None else fwd.level
-        value[rows] = np.nan if fwd.value is None else fwd.value
-        for b in rows:
-            out.messages.pop(int(b), None)
-        out.messages.update({int(rows[b]): msg for b, msg in fwd.messages.items()})
-    if failed:
-        out.code, out.level, out.value = code, level, value
-    return out

@@ -9,13 +9,12 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators._base import FloatArray, Forward, Implementation, _combine_rows
 from topk_cli.operators._logsigned import (
     _NEG_INF,
     _UNIT,
     _average_ties,
     _checked,
-    _combine_rows,
     _exclusive_sum,
     _finite,
     _lse_added,
