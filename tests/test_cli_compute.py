@@ -341,3 +341,12 @@ def test_grad_recursive_near_its_boundary_warns_but_succeeds() -> None:
 def test_grad_recursive_far_from_its_boundary_is_silent() -> None:
     code, _, err = run("compute", "-m", "grad-recursive", "-k", "2", "--values", "3,2,1,0", "--format", "csv")
     assert code == 0 and err == ""
+
+
+def test_standard_errors_are_shown_to_two_significant_digits() -> None:
+    """perturbed's standard error of an entry no pair selected is 1/pairs = 0.002: the table must
+    not round it to 0 (it used two decimal places)."""
+    code, out, _ = run("compute", "-m", "perturbed", "-k", "1", "--values", "0,0,-3,0,0")
+    assert code == 0
+    row = next(line for line in out.splitlines() if "-3" in line)
+    assert row.split("│")[-2].strip() == "0.002", row

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -187,7 +188,8 @@ def _block(report: ComputeReport, r: int, max_entries: int) -> Table:
         for run in report.runs:
             cells.append(format_float(float(run.weights[r, i])))
             if run.stderr is not None:
-                cells.append(format_float(float(run.stderr[r, i]), 2))
+                se = float(run.stderr[r, i])  # two significant digits: 0.002 is not 0
+                cells.append(f"{se:.2g}" if math.isfinite(se) and se != 0 else format_float(se))
         table.add_row(*cells, style=style)
     if n > max_entries:
         table.add_row(f"... {n - max_entries} more", *([""] * (2 + width)))
