@@ -151,10 +151,24 @@ def marginals(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None = No
 
 
 def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interval: int) -> Marginals:
-    rows, n = z.shape
     pi, qi = _tilt(z, k, lam0)
     pit, qit = np.ascontiguousarray(pi.T), np.ascontiguousarray(qi.T)  # (n, R): one entry per step
     dpit = None if v is None else np.ascontiguousarray((pi * qi * v).T)
+    nh, mh, dnh, dmh = _sweeps(pit, qit, dpit, k, interval)
+    return _finish(z, pit, qit, dpit, nh, mh, dnh, dmh)
+
+
+#: Initial states of the sweeps: ``(alpha, d alpha, beta, d beta)`` before the first entry and
+#: after the last one, ``(k + 1, R)`` each; None: nothing drawn (``e_0``) with zero tangent.
+_Starts = tuple[FloatArray, FloatArray | None, FloatArray, FloatArray | None]
+
+
+def _sweeps(pit: FloatArray, qit: FloatArray, dpit: FloatArray | None, k: int, interval: int,
+            starts: _Starts | None = None) -> tuple[FloatArray, FloatArray, FloatArray | None, FloatArray | None]:
+    """The forward and backward sweeps over entries (``(n, R)`` inputs): the numerators
+    ``(nh, mh)`` of ``p_t`` and ``1 - p_t`` (before the factors ``pi_t``, ``1 - pi_t``) and
+    their tangents, ``(n, R)`` each."""
+    n, rows = pit.shape
     width = k + 1
     buf = np.empty((k, rows))
     blocks = (n + interval - 1) // interval
@@ -168,6 +182,15 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
     a = np.zeros((width, rows))
     a[0] = 1.0
     da = np.zeros((width, rows))
+    b = np.zeros((width, rows))  # beta after the current segment's last entry
+    b[0] = 1.0
+    db = np.zeros((width, rows))
+    if starts is not None:
+        a[:], b[:] = starts[0], starts[2]
+        if starts[1] is not None:
+            da[:] = starts[1]
+        if starts[3] is not None:
+            db[:] = starts[3]
     nxt, dnxt = np.empty_like(a), np.empty_like(a)
     if full:  # every state is kept: step from table row to table row, no copies
         table[0] = a
@@ -197,9 +220,6 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
     seg = max(1, min(SEGMENT, BUDGET // (16 * width * rows)))
     bseg = np.empty((seg, width, rows))
     dbseg = None if dpit is None else np.empty_like(bseg)
-    b = np.zeros((width, rows))  # beta before the current segment's last entry
-    b[0] = 1.0
-    db = np.zeros((width, rows))
     for blk in range(blocks - 1, -1, -1):
         start, stop = blk * interval, min(n, (blk + 1) * interval)
         base = 0 if full else start
@@ -237,6 +257,12 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
                 dnh[t0:top] += np.einsum("tjr,tjr->tr", at[:, :k], dbs[:, k - 1 :: -1])
                 dmh[t0:top] = np.einsum("tjr,tjr->tr", dat, bs[:, ::-1])
                 dmh[t0:top] += np.einsum("tjr,tjr->tr", at, dbs[:, ::-1])
+    return nh, mh, dnh, dmh
+
+
+def _finish(z: FloatArray, pit: FloatArray, qit: FloatArray, dpit: FloatArray | None, nh: FloatArray,
+            mh: FloatArray, dnh: FloatArray | None, dmh: FloatArray | None) -> Marginals:
+    """``p``, ``1 - p``, the tangent and the certificate from the sweeps' numerators."""
     num = pit * nh  # (n, R)
     den = np.multiply(qit, mh, out=mh if dpit is None else None)  # mh is still needed for dp
     total = num + den  # = P(k) for every t, up to rounding
