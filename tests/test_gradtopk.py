@@ -453,3 +453,27 @@ def test_recursive_complement_of_a_saturated_weight_keeps_its_digits() -> None:
         assert abs(res.complement[2] / float(q_top) - 1) < 1e-12
     easy = st.evaluate([0.0, 0.3, -0.2, 0.1], 2, "grad-recursive")  # certified: its own fl(1 - p)
     np.testing.assert_allclose(easy.complement, st.evaluate([0.0, 0.3, -0.2, 0.1], 2, "grad").complement, rtol=1e-13)
+
+
+def test_long_rows_cut_into_blocks_agree_with_the_log_space_program() -> None:
+    """A few long rows run as blocks side by side (products of the blocks' count polynomials):
+    same p, relatively accurate 1 - p, and the same tangent as the independent log-space program."""
+    from topk_cli.operators import _poisson
+    from topk_cli.operators.gradtopk import _logspace_rows, _start_tilt
+
+    rng = np.random.default_rng(33)
+    for rows, n, k, scale in ((1, 1000, 7, 1.0), (2, 700, 30, 4.0)):
+        assert _poisson._block_count(rows, n, k) >= 2  # the blocked path is the one under test
+        z = rng.normal(size=(rows, n)) * scale
+        z[:, ::9] = -np.inf
+        z = z - np.max(z, axis=1, keepdims=True)
+        v = np.where(np.isfinite(z), rng.normal(size=z.shape), 0.0)
+        res = _poisson.marginals(z, k, _start_tilt(z, k), v)
+        lp, lq, ldp = _logspace_rows(z, k, v)
+        assert res.certified.all() and res.dp is not None and ldp is not None
+        assert np.max(np.abs(res.p - lp)) <= 1e-14
+        assert np.max(np.abs(res.q - lq) / lq) <= 1e-12
+        scale_dp = lp * lq * np.abs(v).sum(axis=1, keepdims=True)
+        assert np.max(np.abs(res.dp - ldp) / np.maximum(scale_dp, 1e-300)) <= 1e-13
+    x = rng.normal(size=600)
+    np.testing.assert_allclose(st.soft_topk(x, 5, "grad"), ref.to_floats(ref.grad(list(x), 5)), rtol=0, atol=1e-14)

@@ -43,6 +43,13 @@ MIN_PK = 1e-10
 #: Floats in the working tables of one chunk of rows (64 MiB).
 BUDGET = 1 << 23
 
+#: Elements of a sweep step (``(k + 1) * rows``) below which numpy's per-call overhead dominates
+#: it: such narrow batches (one long row) are cut into blocks that the sweeps run side by side.
+NARROW = 1 << 11
+
+#: Elements per sweep step aimed at when cutting rows into blocks.
+WIDE = 1 << 16
+
 #: Entries of the backward sweep whose states are kept and combined with the forward ones in
 #: one vectorised operation (fewer, larger numpy calls; at most ``BUDGET / 16`` floats).
 SEGMENT = 64
@@ -135,6 +142,9 @@ def marginals(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None = No
     tangent ``dp`` along ``v`` (= ``J v``, the VJP: the Jacobian is symmetric).
     """
     rows, n = z.shape
+    blocks = _block_count(rows, n, k)
+    if blocks >= 2:
+        return _blocked(z, k, lam0, v, blocks)
     tables = 1 if v is None else 2
     chunk, interval = _layout(rows, n, k, tables)
     p = np.empty((rows, n))
@@ -283,3 +293,85 @@ def _finish(z: FloatArray, pit: FloatArray, qit: FloatArray, dpit: FloatArray | 
     if dpt is not None:
         ok &= np.isfinite(dpt).all(axis=0)
     return Marginals(p=pt.T, q=qt.T, dp=None if dpt is None else dpt.T, certified=ok)
+
+
+def _block_count(rows: int, n: int, k: int) -> int:
+    """Blocks per row for :func:`_blocked` (< 2: run the rows as they are).
+
+    Enough blocks for ``WIDE`` elements per step, and at most ``3 n / (k + 1)`` so that the
+    ``O(k^2)`` products between blocks stay below a quarter of the sweeps' ``12 n (k + 1)``."""
+    width = k + 1
+    if rows * width >= NARROW or n < 512:
+        return 1
+    return min(-(-WIDE // (rows * width)), 3 * n // width, n // 2)
+
+
+def _blocked(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, blocks: int) -> Marginals:
+    """:func:`marginals` of a few long rows, each cut into ``blocks`` blocks of consecutive entries.
+
+    The count distribution of a set of independent draws is the product of the generating
+    polynomials ``(1 - pi_i) + pi_i x`` (truncated at degree k, which commutes with the product).
+    One sweep gives each block's polynomial; their products before and after every block (sums
+    of positive terms, so no cancellation) are the sweeps' start states, and the blocks then run
+    side by side as if they were rows. The tangent follows the product rule. Same accuracy as
+    the row-by-row sweeps, with about ``blocks`` times fewer numpy calls.
+    """
+    rows, n = z.shape
+    width = k + 1
+    pi, qi = _tilt(z, k, lam0)
+    dpi = None if v is None else pi * qi * v
+    size = -(-n // blocks)
+    blocks = -(-n // size)
+    cols = rows * blocks
+
+    def cut(a: FloatArray, fill: float) -> FloatArray:
+        """(R, n) -> (size, R * blocks): entry l of block b of row r at [l, r * blocks + b]."""
+        out = np.full((rows, blocks * size), fill)
+        out[:, :n] = a
+        return np.ascontiguousarray(out.reshape(cols, size).T)
+
+    pit, qit = cut(pi, 0.0), cut(qi, 1.0)  # padding: drawn with probability 0 (no effect)
+    dpit = None if dpi is None else cut(dpi, 0.0)
+    # each block's polynomial (and its tangent) from nothing drawn
+    poly, nxt = np.zeros((width, cols)), np.empty((width, cols))
+    poly[0] = 1.0
+    dpoly, dnxt = np.zeros((width, cols)), np.empty((width, cols))
+    buf = np.empty((k, cols))
+    for i in range(size):
+        if dpit is not None:
+            _tangent_step(poly, dpoly, pit[i], qit[i], dpit[i], dnxt, buf)
+            dpoly, dnxt = dnxt, dpoly
+        _step(poly, pit[i], qit[i], nxt, buf)
+        poly, nxt = nxt, poly
+    pre, suf = np.zeros((width, cols)), np.zeros((width, cols))
+    dpre, dsuf = np.zeros((width, cols)), np.zeros((width, cols))
+
+    def times(f: FloatArray, df: FloatArray, g: FloatArray, dg: FloatArray) -> tuple[FloatArray, FloatArray]:
+        prod = np.convolve(f, g)[:width]
+        if dpit is None:
+            return prod, df
+        return prod, np.convolve(df, g)[:width] + np.convolve(f, dg)[:width]
+
+    for r in range(rows):
+        first, last = r * blocks, (r + 1) * blocks - 1
+        pre[0, first] = suf[0, last] = 1.0
+        for c in range(first, last):
+            pre[:, c + 1], dpre[:, c + 1] = times(pre[:, c], dpre[:, c], poly[:, c], dpoly[:, c])
+        for c in range(last, first, -1):
+            suf[:, c - 1], dsuf[:, c - 1] = times(poly[:, c], dpoly[:, c], suf[:, c], dsuf[:, c])
+    chunk, interval = _layout(cols, size, k, 1 if dpit is None else 2)
+    parts = []
+    for c0 in range(0, cols, chunk):
+        sl = slice(c0, c0 + chunk)
+        starts = (pre[:, sl], None if dpit is None else dpre[:, sl], suf[:, sl], None if dpit is None else dsuf[:, sl])
+        parts.append(_sweeps(pit[:, sl], qit[:, sl], None if dpit is None else dpit[:, sl], k, interval, starts))
+
+    def join(i: int) -> FloatArray:
+        """The sweeps' output ``i`` back in the layout (n, R)."""
+        whole = np.concatenate([part[i] for part in parts], axis=1)
+        return np.ascontiguousarray(whole.T.reshape(rows, blocks * size)[:, :n].T)
+
+    nh, mh = join(0), join(1)
+    dnh, dmh = (None, None) if dpit is None else (join(2), join(3))
+    return _finish(z, np.ascontiguousarray(pi.T), np.ascontiguousarray(qi.T),
+                   None if dpi is None else np.ascontiguousarray(dpi.T), nh, mh, dnh, dmh)
