@@ -298,12 +298,14 @@ def _finish(z: FloatArray, pit: FloatArray, qit: FloatArray, dpit: FloatArray | 
 def _block_count(rows: int, n: int, k: int) -> int:
     """Blocks per row for :func:`_blocked` (< 2: run the rows as they are).
 
-    Enough blocks for ``WIDE`` elements per step, and at most ``3 n / (k + 1)`` so that the
-    ``O(k^2)`` products between blocks stay below a quarter of the sweeps' ``12 n (k + 1)``."""
+    Enough blocks for ``WIDE`` elements per step, at most ``3 n / (k + 1)`` so that the
+    ``O(k^2)`` products between blocks stay below a quarter of the sweeps' ``12 n (k + 1)``, and
+    at most ``sqrt(n)``, which balances the numpy calls of the products (one per block) against
+    those of the sweeps (one per entry of a block); measured fastest against 2 and 4 ``sqrt(n)``."""
     width = k + 1
     if rows * width >= NARROW or n < 512:
         return 1
-    return min(-(-WIDE // (rows * width)), 3 * n // width, n // 2)
+    return min(-(-WIDE // (rows * width)), 3 * n // width, math.isqrt(n))
 
 
 def _blocked(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, blocks: int) -> Marginals:
