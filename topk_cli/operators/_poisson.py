@@ -44,7 +44,8 @@ MIN_PK = 1e-10
 BUDGET = 1 << 23
 
 #: Elements of a sweep step (``(k + 1) * rows``) below which numpy's per-call overhead dominates
-#: it: such narrow batches (one long row) are cut into blocks that the sweeps run side by side.
+#: it: such narrow batches of at most 8 rows (one long vector) are cut into blocks that the
+#: sweeps run side by side.
 NARROW = 1 << 11
 
 #: Elements per sweep step aimed at when cutting rows into blocks.
@@ -303,7 +304,7 @@ def _block_count(rows: int, n: int, k: int) -> int:
     at most ``sqrt(n)``, which balances the numpy calls of the products (one per block) against
     those of the sweeps (one per entry of a block); measured fastest against 2 and 4 ``sqrt(n)``."""
     width = k + 1
-    if rows * width >= NARROW or n < 512:
+    if rows * width >= NARROW or rows > 8 or n < 512:  # the products run row by row
         return 1
     return min(-(-WIDE // (rows * width)), 3 * n // width, math.isqrt(n))
 
