@@ -477,3 +477,11 @@ def test_long_rows_cut_into_blocks_agree_with_the_log_space_program() -> None:
         assert np.max(np.abs(res.dp - ldp) / np.maximum(scale_dp, 1e-300)) <= 1e-13
     x = rng.normal(size=600)
     np.testing.assert_allclose(st.soft_topk(x, 5, "grad"), ref.to_floats(ref.grad(list(x), 5)), rtol=0, atol=1e-14)
+
+
+def test_numpy_sums_a_contiguous_last_axis_pairwise() -> None:
+    """The running bound of grad-recursive counts (log2 n + 30) u for a row sum, which holds for
+    numpy's pairwise summation, not for left-to-right addition (1 + u/2 + u/2 + ... stays 1)."""
+    x = np.full((3, 1025), 2.0**-53)
+    x[:, 0] = 1.0
+    assert np.all(x.sum(axis=-1) - 1.0 >= 1000 * 2.0**-53)  # left to right would give 0

@@ -44,8 +44,9 @@ taken as ``fl(1 - p_i)`` has relative error at most ``1.001 o_max (E_k + c u) + 
 second-order term. ``u = 2^-53``; ``c = 8`` (4 ulp) for ``exp`` and ``log``: the largest error
 of the AVX-512 (SVML) kernels numpy uses where the CPU has them (numpy pull request 19478; glibc's
 are within 1 ulp). The summation bound assumes numpy's pairwise summation of a contiguous last
-axis (its documented behaviour since 1.9), not plain left-to-right addition, whose ``(n - 1) u``
-would not certify rows of 1,000 entries. Subnormal results are absolute errors below ``1e-300``
+axis (what its implementation does; its documentation promises it only without an axis, so a
+test checks it), not plain left-to-right addition, whose ``(n - 1) u`` would not certify rows
+of 1,000 entries. Subnormal results are absolute errors below ``1e-300``
 and are ignored. Rows whose arguments reach 0 (the recursion failed) get an infinite
 bound.
 """
