@@ -31,6 +31,7 @@ Jacobian (implicit function theorem): ``dp/dz = diag(d) - d d^T / sum(d)`` with
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -340,14 +341,32 @@ def _laplace_guess_linear(top: FloatArray, s_last: FloatArray, t0: FloatArray) -
         return g
 
 
-def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
-    """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
+class LaplaceStart(NamedTuple):
+    """The Laplace threshold ``lambda = ref + delta`` and the partial sort it came from.
+
+    ``top`` holds the ``min(n, 2k)`` largest entries of each row sorted descending, ``s_last``
+    its last column; ``tail_exp`` the other entries as ``e^{z - shift}`` (``shift = s_last``,
+    0 where ``s_last = -inf``; masked or underflowed entries give 0, any column order) and
+    ``t0`` its row sums; ``saturated`` the rows with exactly ``k`` finite entries.
+    """
+
+    ref: FloatArray
+    delta: FloatArray
+    saturated: np.ndarray
+    top: FloatArray
+    s_last: FloatArray
+    tail_exp: FloatArray
+    t0: FloatArray
+
+
+def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
+    """The Laplace threshold of ``z`` with the partial sort and tail mass it used."""
     n = z.shape[1]
     size = min(n, 2 * k)
     top, tail = _split_top(z, size)
     sat_rows = _saturated_from_top(top, k)
     n_fin = np.isfinite(top).sum(axis=1)  # min(#finite, size): what ``upper`` needs
-    s_last, t0 = _tail_mass(top, tail)
+    s_last, t0 = _tail_mass(top, tail)  # ``tail`` now holds e^{z - shift}
     # A guess of G(s_j) from prefix sums (``_branch`` verifies it, so it only has to be close).
     # Rows whose kept entries all lie within 600 of the row maximum 0 take linear space (no
     # overflow: e^{-s_i} <= e^600), the others log space.
@@ -361,7 +380,13 @@ def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, n
     ref, delta = _laplace_branch(top, s_last, t0, k, m)
     ref = np.where(sat_rows, 0.0, ref)
     delta = np.where(sat_rows, 0.0, delta)
-    return ref, delta, sat_rows
+    return LaplaceStart(ref, delta, sat_rows, top, s_last, tail, t0)
+
+
+def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
+    start = _laplace_start(z, k)
+    return start.ref, start.delta, start.saturated
 
 
 # ---------------------------------------------------------------------------------------------

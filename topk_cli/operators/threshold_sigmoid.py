@@ -11,7 +11,7 @@ import numpy as np
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 from topk_cli.operators.threshold import (
     _fill_saturated,
-    _laplace_threshold,
+    _laplace_start,
     _select,
     threshold_jacobian,
     threshold_vjp,
@@ -36,15 +36,6 @@ def _sigmoid_parts(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         d = small * r
     pos = t >= 0
     return _select(pos, r, small), _select(pos, small, r), d
-
-
-def _sigmoid_from_a(a: FloatArray, u: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """``(a / (a + u), u / (a + u), their product)``; overwrites ``a``."""
-    den = np.add(a, u)
-    np.reciprocal(den, out=den)
-    p = np.multiply(a, den, out=a)
-    q = np.multiply(den, u, out=den)
-    return p, q, p * q
 
 
 def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray, delta: FloatArray,
@@ -88,6 +79,13 @@ def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray,
     return resid, slope
 
 
+def _tail_sums(y: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sum w, sum w^2)`` per row of ``w = y / (y + v)`` (``y >= 0``, ``v > 0`` per row)."""
+    w = np.add(y, v[:, None])
+    np.divide(y, w, out=w)
+    return w.sum(axis=1), np.einsum("ij,ij->i", w, w)
+
+
 def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     """``p = sigmoid(z - lambda)`` with ``sum p = k``, lambda by safeguarded Newton (LML).
 
@@ -101,8 +99,14 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     does not cancel when many ``p`` are close to 1. Iteration stops after taking a step
     below ``8 eps (1 + |delta|)`` (or at a zero residual, or a bracket of width 0), so
     ``delta`` is accurate to a few ulps, ``p`` to a few ulps relatively, and ``|sum p - k|`` is a
-    few ulps of ``k``. Typical: 3-6 Newton steps; cap :data:`SIGMOID_MAX_ITER`. Cost: one
-    ``exp`` pass before the solve, divisions per step, one ``exp`` pass for the weights.
+    few ulps of ``k``. Typical: 3-6 Newton steps; cap :data:`SIGMOID_MAX_ITER`.
+
+    Cost: the Laplace start (a partial sort of the top ``2k`` and one ``exp`` pass over the
+    others, ``y = e^{z - s_2k}``), a few divisions per entry and step, one ``exp`` pass for the
+    weights. The root is at or above the ``2k``-th largest entry ``s_2k`` (below it the top
+    ``2k`` alone would sum to more than ``k``), so every entry outside the top ``2k`` has
+    ``t <= 1/2`` on the bracket and takes ``p = y / (y + e^{lambda - s_2k})`` from the Laplace
+    start's own ``exp`` pass: one addition, one division and two sums per step.
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = sigmoid(lambda - z) (B, n)``;
     ``aux["lambda"], aux["d"], aux["iterations"]`` (per row).
@@ -111,22 +115,34 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     array([[0.7426, 0.7426, 0.5148]])
     """
     b = z.shape[0]
-    ref, delta0, sat_rows = _laplace_threshold(z, k)
-    ref = np.where(np.isfinite(ref), ref, 0.0)
-    delta0 = np.where(np.isfinite(delta0), delta0, 0.0)
+    start = _laplace_start(z, k)
+    sat_rows = start.saturated
+    ref = np.where(np.isfinite(start.ref), start.ref, 0.0)
+    delta0 = np.where(np.isfinite(start.delta), start.delta, 0.0)
     half_width = _LOG2 + 0.01 + 1e-12 * np.abs(delta0)
     lo, hi = delta0 - half_width, delta0 + half_width
     delta = delta0.copy()
-    zr = z - ref[:, None]  # exact for entries within a factor 2 of ref (Sterbenz)
-    # One exp pass for the whole solve: with a_i = e^{zr_i - delta0} and u = e^{delta - delta0}
-    # (in [0.49, 2.04] on the bracket), sigmoid(zr_i - delta) = a_i / (a_i + u) and its
-    # complement u / (a_i + u): each Newton step costs divisions, not exponentials. Entries with
-    # |zr_i - delta0| > 700 contribute 0 to the residual (q, resp. p, is below e^-699 on the
-    # whole bracket, as if e^{-|t|} had underflowed). Rows whose bracket is wider than the
-    # clip allows (|delta0| > 1e11, spreads beyond float64's relative resolution) are evaluated
-    # directly from zr - delta.
+    top, y = start.top, start.tail_exp
+    has_tail = y.shape[1] > 0
+    # The entries outside the top 2k: y = e^{z - shift} with shift = s_2k (0 for rows whose
+    # top holds masked entries: then y = 0 and v = 1 below gives w = 0).
+    tail_rows = np.isfinite(start.s_last)
+    shift = np.where(tail_rows, start.s_last, 0.0)
+    gap = ref - shift
+    if has_tail:
+        # lambda >= s_2k: a bracket end half a unit below keeps every tail term w <= 0.63
+        with np.errstate(invalid="ignore"):
+            lo = np.where(tail_rows, np.maximum(lo, -gap - 0.5), lo)
+    zr = top - ref[:, None]  # exact for entries within a factor 2 of ref (Sterbenz)
+    # One exp pass over the top 2k for the whole solve: with a_i = e^{zr_i - delta0} and
+    # u = e^{delta - delta0} (in [0.49, 2.04] on the bracket), sigmoid(zr_i - delta) = a_i / (a_i + u)
+    # and its complement u / (a_i + u): each Newton step costs divisions, not exponentials.
+    # Entries with |zr_i - delta0| > 700 contribute 0 to the residual (q, resp. p, is below
+    # e^-699 on the whole bracket, as if e^{-|t|} had underflowed). Rows whose bracket is wider
+    # than the clip allows (|delta0| > 1e11, spreads beyond float64's relative resolution) are
+    # evaluated directly from zr - delta.
     direct = half_width > 1.0
-    with np.errstate(under="ignore"):
+    with np.errstate(under="ignore", invalid="ignore"):
         a = np.subtract(zr, delta0[:, None])
         # the masks are only built when a row reaches beyond +-700 (two cheap reductions tell)
         over_rows = np.max(a, axis=1) > 700.0
@@ -144,6 +160,12 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         if active.size == 0:
             break
         resid, slope = _sigmoid_residual(a, clipped, zr, delta, delta0, direct, active, k)
+        if has_tail:
+            with np.errstate(over="ignore"):  # v = inf: every tail term is 0
+                v = np.where(tail_rows[active], np.exp(gap[active] + delta[active]), 1.0)
+            s1, s2 = _tail_sums(y if active.size == b else y[active], v)
+            resid += s1
+            slope += s1 - s2  # p q = w (1 - w)
         iters[active] = it
         lo[active] = np.where(resid > 0, delta[active], lo[active])
         hi[active] = np.where(resid < 0, delta[active], hi[active])
@@ -163,21 +185,23 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         done = (resid == 0) | small | (new == cur) | (hi[active] - lo[active] <= tol)
         delta[active] = np.where(done & ~small, cur, new)
         active = active[~done]
-    # The weights at the solution. Rows whose every entry kept its exact a_i (no clipping, not
-    # direct) reuse it: p = a / (a + u), q = u / (a + u) with u = e^{delta - delta0}, the same
-    # rounding as sigmoid(zr - delta) up to the |delta - delta0| <= 0.7 moved into u. Other rows
-    # take t = zr - delta directly. The choice is made per row, so a row's weights do not
-    # depend on the other rows of its batch.
-    exact_a = ~(direct | over_rows | under_rows)
-    u = np.exp(delta - delta0)[:, None]
-    if exact_a.all():
-        p, q, d = _sigmoid_from_a(a, u)
-    else:
-        p, q, d = np.empty_like(a), np.empty_like(a), np.empty_like(a)
-        rows_a, rows_t = np.flatnonzero(exact_a), np.flatnonzero(~exact_a)
-        p[rows_a], q[rows_a], d[rows_a] = _sigmoid_from_a(a[rows_a], u[rows_a])
-        t = zr[rows_t] - delta[rows_t, None]  # t = zr - delta at the solution, elementwise
-        p[rows_t], q[rows_t], d[rows_t] = _sigmoid_parts(t)
+    # The weights at the solution from t = (z - ref) - delta: a = e^t, q = 1 / (1 + a),
+    # p = a q (relative accuracy of a few ulps for both). Rows where some t exceeds 700 (a would
+    # overflow) take sigmoid(t) from e^{-|t|}. The choice is made per row, so a row's weights do
+    # not depend on the other rows of its batch.
+    t = np.subtract(z, ref[:, None])
+    t -= delta[:, None]
+    wide = np.flatnonzero(-ref - delta > 700.0)  # t of the row maximum (0) is -ref - delta
+    if wide.size:
+        p_w, q_w, d_w = _sigmoid_parts(t[wide])
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):  # wide rows are replaced
+        np.exp(t, out=t)
+        q = np.add(t, 1.0)
+        np.reciprocal(q, out=q)
+        p = np.multiply(t, q, out=t)
+        d = p * q
+    if wide.size:
+        p[wide], q[wide], d[wide] = p_w, q_w, d_w
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters})
