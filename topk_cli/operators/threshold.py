@@ -153,12 +153,18 @@ def _g_laplace(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, j: n
 
     ``X = sum_{i <= j} e^{s_j - s_i}`` and ``Y = sum_{i > j} e^{s_i - s_j}``.
     """
-    x = np.exp(_log_above(top, j + 1))
+    return _g_laplace_from(top, s_last, t0, j, _log_above(top, j + 1), _log_below(top, s_last, t0, j + 1))
+
+
+def _g_laplace_from(top: FloatArray, s_last: FloatArray, t0: FloatArray, j: np.ndarray, la: FloatArray,
+                    lb: FloatArray) -> FloatArray:
+    """:func:`_g_laplace` given ``la = _log_above(top, j + 1)`` and ``lb = _log_below(top, .., j + 1)``."""
+    x = np.exp(la)
     s_j = _take(top, j)
     s_next = _take(top, np.minimum(j + 1, top.shape[1] - 1))
     with np.errstate(under="ignore", invalid="ignore"):  # far entries below contribute 0
         gap = np.where((j + 1 < top.shape[1]) & np.isfinite(s_next), s_next - s_j, -np.inf)
-        y = np.exp(gap + _log_below(top, s_last, t0, j + 1))
+        y = np.exp(gap + lb)
     y = np.where((j + 1 < top.shape[1]) | (t0 == 0), y, t0 * np.exp(s_last - s_j))
     return (j + 1) - 0.5 * x + 0.5 * y
 
@@ -167,14 +173,17 @@ GFn = Callable[[FloatArray, FloatArray, FloatArray, int, np.ndarray], FloatArray
 
 
 def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, upper: np.ndarray,
-            guess: np.ndarray, g: GFn) -> np.ndarray:
+            guess: np.ndarray, g: GFn, g_left: FloatArray | None = None) -> np.ndarray:
     """``m = #{j < upper : G(s_j) < k}`` per row (``G(s_j)`` increases with ``j``).
 
-    The log-space ``guess`` is verified with two accurate evaluations of ``G``; rows where it
-    is wrong fall back to a vectorised binary search (``log2(upper)`` accurate evaluations).
+    The log-space ``guess`` (within ``[0, upper]``) is verified with two accurate evaluations of
+    ``G``, the first of which, ``G(s_{max(guess - 1, 0)})``, may be given as ``g_left``; rows
+    where it is wrong fall back to a vectorised binary search (``log2(upper)`` evaluations).
     """
     guess = np.clip(guess, 0, upper)
-    left_ok = (guess == 0) | (g(top, s_last, t0, k, np.maximum(guess - 1, 0)) < k)
+    if g_left is None:
+        g_left = g(top, s_last, t0, k, np.maximum(guess - 1, 0))
+    left_ok = (guess == 0) | (g_left < k)
     right_ok = (guess == upper) | (g(top, s_last, t0, k, np.minimum(guess, upper - 1)) >= k)
     lo = np.where(left_ok, np.where(right_ok, guess, guess + 1), 0)
     hi = np.where(left_ok, np.where(right_ok, guess, upper), guess - 1)
@@ -250,20 +259,21 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
 # thre-laplace
 
 
-def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int,
-                    m: np.ndarray) -> tuple[FloatArray, FloatArray]:
+def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, m: np.ndarray,
+                    logs: tuple[FloatArray, FloatArray] | None = None) -> tuple[FloatArray, FloatArray]:
     """``(ref, delta)`` of branch ``m`` (``m`` entries above lambda), accurately.
 
     With ``A = sum_{i<=m} e^{-s_i}``, ``C = sum_{i>m} e^{s_i}``, ``K = k - m`` and
     ``u = e^lambda``: ``A u^2 + 2 K u - C = 0``. The root is taken in the form without
     cancellation: ``u = C / (K + sqrt(K^2 + AC))`` for ``K > 0``, ``u = (|K| + sqrt(K^2 + AC)) / A``
     for ``K < 0`` and ``u = sqrt(C / A)`` for ``K = 0``, all relative to ``s_m`` or ``s_{m+1}``.
+    ``logs``: ``(_log_above(top, m), _log_below(top, s_last, t0, m))`` if already known.
     """
     m_hi = np.maximum(m - 1, 0)
     s_hi = _take(top, m_hi)  # s_m (1-based), the smallest entry above
     s_lo = _take(top, np.minimum(m, top.shape[1] - 1))  # s_{m+1}, the largest entry below
-    la = _log_above(top, m)  # log(A e^{s_m})
-    lc = _log_below(top, s_last, t0, m)  # log(C e^{-s_{m+1}})
+    # log(A e^{s_m}) and log(C e^{-s_{m+1}})
+    la, lc = logs if logs is not None else (_log_above(top, m), _log_below(top, s_last, t0, m))
     with np.errstate(invalid="ignore"):  # -inf - -inf only in branches without entries above/below
         gap = np.where((m > 0) & np.isfinite(s_lo) & (m < top.shape[1]), s_lo - s_hi, -np.inf)
         log_ac = np.where(np.isfinite(la) & np.isfinite(lc), gap + la + lc, -np.inf)  # <= log(m n)
@@ -375,9 +385,20 @@ def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
     if far.any():
         g_guess[far] = _laplace_guess_log(top[far], s_last[far], t0[far])
     upper = np.minimum(n_fin, size)
-    guess = np.sum((g_guess < k) & np.isfinite(top), axis=1)
-    m = _branch(top, s_last, t0, k, upper, guess, _g_laplace)
-    ref, delta = _laplace_branch(top, s_last, t0, k, m)
+    guess = np.clip(np.sum((g_guess < k) & np.isfinite(top), axis=1), 0, upper)
+    # The branch check's first evaluation, G(s_{j}) with j = max(guess - 1, 0), needs the two
+    # log-sums at j + 1; where the check confirms m = j + 1 (the usual case), the closed form
+    # below reuses them (the same values, so the same bits as evaluating them again).
+    j_left = np.maximum(guess - 1, 0)
+    la = _log_above(top, j_left + 1)
+    lc = _log_below(top, s_last, t0, j_left + 1)
+    g_left = _g_laplace_from(top, s_last, t0, j_left, la, lc)
+    m = _branch(top, s_last, t0, k, upper, guess, _g_laplace, g_left)
+    redo = np.flatnonzero(m != j_left + 1)
+    if redo.size:
+        la[redo] = _log_above(top[redo], m[redo])
+        lc[redo] = _log_below(top[redo], s_last[redo], t0[redo], m[redo])
+    ref, delta = _laplace_branch(top, s_last, t0, k, m, (la, lc))
     ref = np.where(sat_rows, 0.0, ref)
     delta = np.where(sat_rows, 0.0, delta)
     return LaplaceStart(ref, delta, sat_rows, top, s_last, tail, t0)
