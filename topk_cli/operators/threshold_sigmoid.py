@@ -196,7 +196,7 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
             new = cur + step
             inside = np.isfinite(new) & (new > lo[rows]) & (new < hi[rows])
             delta[rows] = np.where(inside, new, cur)
-            rows = rows[inside & (np.abs(step) > 1e-7 * (1.0 + np.abs(cur)))]
+            rows = rows[inside & (np.abs(step) > 1e-4 * (1.0 + np.abs(cur)))]  # then ~1e-8 from its root
     iters = np.zeros(b)
     for it in range(1, SIGMOID_MAX_ITER + 1):
         if active.size == 0:
