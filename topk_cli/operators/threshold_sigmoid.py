@@ -231,6 +231,7 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     # p = a q (relative accuracy of a few ulps for both). Rows where some t exceeds 700 (a would
     # overflow) take sigmoid(t) from e^{-|t|}. The choice is made per row, so a row's weights do
     # not depend on the other rows of its batch.
+    del start, y  # the partitioned copy of z is no longer needed: free it before three new arrays
     t = np.subtract(z, ref[:, None])
     t -= delta[:, None]
     wide = np.flatnonzero(-ref - delta > 700.0)  # t of the row maximum (0) is -ref - delta
