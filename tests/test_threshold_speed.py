@@ -66,11 +66,14 @@ def _row(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
         x[:3] = rng.normal(size=3)
     elif kind == "masked-top":  # fewer than 2k finite entries: the tail is all masked
         x[4:] = -np.inf
+    elif kind == "gap-1410":  # every term of the residual below e^-700 at the Laplace start
+        x = -1410.0 - 60.0 * rng.random(n)
+        x[0] = 0.0
     return x
 
 
 KINDS = ("normal", "spread-1e6", "gaps-800", "offset-1e6", "root-at-s2k", "ties-at-s2k",
-         "all-equal", "masked-tail", "masked-top")
+         "all-equal", "masked-tail", "masked-top", "gap-1410")
 
 
 @pytest.mark.parametrize(("k", "tau"), [(3, 1.0), (1, 0.05), (3, 1e-6), (3, 1e-300)])
@@ -90,6 +93,20 @@ def test_hard_rows_match_mpmath_and_batch_equals_rows(k: int, tau: float) -> Non
         small_p, small_q = ref_p > 1e-300, ref_q > 1e-300
         np.testing.assert_allclose(result.weights[b][small_p], ref_p[small_p], rtol=1e-12, err_msg=kind)
         np.testing.assert_allclose(result.complement[b][small_q], ref_q[small_q], rtol=1e-12, err_msg=kind)
+
+
+def test_threshold_matches_mpmath_where_every_term_is_tiny() -> None:
+    # k = 1, the other entries 1410-1470 below the first: p and q are all below 1e-300 or 1 - 1e-300,
+    # so only lambda (about -705) shows whether the solve mixed clipped and exact terms
+    rng = np.random.default_rng(7)
+    x = np.stack([_row(rng, "gap-1410", 30) for _ in range(3)])
+    z = _prepare(x, 1, "thre-sigmoid", 1.0).z
+    fwd = thre_sigmoid_forward(z, 1)
+    assert fwd.aux["iterations"].max() <= 3
+    for b in range(3):
+        with mp.workdps(40):
+            lam = float(ref.threshold_lambda([mp.mpf(float(v)) for v in z[b]], 1, "thre-sigmoid"))
+        assert fwd.aux["lambda"][b] == pytest.approx(lam, rel=1e-13, abs=1e-13)
 
 
 def test_no_tail_and_k_near_n() -> None:

@@ -174,13 +174,28 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         if under_rows.any():
             np.putmask(a, a < -700.0, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
         np.exp(a, out=a)
+    t0 = start.t0
+    if has_tail:
+        # The same rule outside the top 2k: y_i counts as 0 where z_i - ref - delta0 < -700. Rows
+        # whose every term is that small (e.g. k = 1 with the other entries 1400 below the first)
+        # then keep the Laplace threshold, as the residual is 0 there, instead of mixing exact
+        # tail terms with clipped top ones.
+        with np.errstate(under="ignore", over="ignore"):
+            cut = np.where(direct | ~tail_rows, 0.0, np.exp(gap + delta0 - 700.0))
+        rows_cut = np.flatnonzero(np.min(y, axis=1) < cut)
+        if rows_cut.size:
+            y_cut = y[rows_cut]
+            y_cut[y_cut < cut[rows_cut, None]] = 0.0
+            y[rows_cut] = y_cut
+            t0 = t0.copy()
+            t0[rows_cut] = y_cut.sum(axis=1)
     active = np.flatnonzero(~sat_rows)
     if has_tail:
         # A start near the root: Newton on the exact top 2k plus a model of the tail built from
         # three more sums over it. Its root is typically 1e-4 or closer to the true one, so the
         # exact solve below needs 2-3 evaluations instead of 5-6. The model only moves the
         # start within the bracket; the exact solve and its stopping rule are unchanged.
-        w0, w1, y1 = _tail_model(y, start.t0)
+        w0, w1, y1 = _tail_model(y, t0)
         rows = active
         for _ in range(MODEL_MAX_ITER):
             if rows.size == 0:
