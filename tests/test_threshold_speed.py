@@ -95,18 +95,25 @@ def test_hard_rows_match_mpmath_and_batch_equals_rows(k: int, tau: float) -> Non
         np.testing.assert_allclose(result.complement[b][small_q], ref_q[small_q], rtol=1e-12, err_msg=kind)
 
 
-def test_threshold_matches_mpmath_where_every_term_is_tiny() -> None:
-    # k = 1, the other entries 1410-1470 below the first: p and q are all below 1e-300 or 1 - 1e-300,
-    # so only lambda (about -705) shows whether the solve mixed clipped and exact terms
+@pytest.mark.parametrize("gap", [1380.0, 1400.0, 1410.0, 1440.0])
+def test_threshold_matches_mpmath_where_every_term_is_tiny(gap: float) -> None:
+    # k = 1, the other entries gap..gap+60 below the first: lambda ~ -gap / 2 and every term of
+    # the residual is about e^{-gap/2}, on both sides of e^-700 (normal and subnormal numbers).
+    # q of the first entry is e^lambda: 1e-300 at gap 1380, checked relatively below.
     rng = np.random.default_rng(7)
-    x = np.stack([_row(rng, "gap-1410", 30) for _ in range(3)])
+    x = -gap - 60.0 * rng.random((3, 30))
+    x[:, 0] = 0.0
     z = _prepare(x, 1, "thre-sigmoid", 1.0).z
     fwd = thre_sigmoid_forward(z, 1)
     assert fwd.aux["iterations"].max() <= 3
     for b in range(3):
         with mp.workdps(40):
             lam = float(ref.threshold_lambda([mp.mpf(float(v)) for v in z[b]], 1, "thre-sigmoid"))
-        assert fwd.aux["lambda"][b] == pytest.approx(lam, rel=1e-13, abs=1e-13)
+        assert fwd.aux["lambda"][b] == pytest.approx(lam, rel=1e-14)
+        ref_p, ref_q = _reference(x[b].tolist(), 1, 1.0)
+        small_p, small_q = ref_p > 1e-300, ref_q > 1e-300
+        np.testing.assert_allclose(fwd.p[b][small_p], ref_p[small_p], rtol=1e-12)
+        np.testing.assert_allclose(fwd.q[b][small_q], ref_q[small_q], rtol=1e-12)
 
 
 def test_no_tail_and_k_near_n() -> None:

@@ -38,13 +38,11 @@ def _sigmoid_parts(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     return _select(pos, r, small), _select(pos, small, r), d
 
 
-def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray, delta: FloatArray,
-                      delta0: FloatArray, direct: np.ndarray, rows: np.ndarray,
-                      k: int) -> tuple[FloatArray, FloatArray]:
-    """``(sum p - k, sum p q)`` of ``rows`` at ``delta`` (see :func:`thre_sigmoid_forward`).
-
-    Entries whose ``a`` was clipped (``q < e^-699``) count with ``q = 0``, as an underflowed
-    ``e^{-t}`` would.
+def _sigmoid_residual(a: FloatArray, zr: FloatArray, delta: FloatArray, delta0: FloatArray,
+                      direct: np.ndarray, rows: np.ndarray, k: int) -> tuple[FloatArray, FloatArray]:
+    """``(sum p - k, sum p q)`` over the top ``2k`` of ``rows`` at ``delta`` (see
+    :func:`thre_sigmoid_forward`): ``a = e^{zr - delta0}`` on rows not ``direct``, ``zr - delta``
+    on direct ones.
 
     The residual ``(#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q`` adds only terms below 1/2,
     so it does not cancel when many ``p`` are close to 1.
@@ -60,8 +58,6 @@ def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray,
         w = np.minimum(a_sel, u)
         den = np.add(a_sel, u)
         np.divide(w, den, out=w)
-        if clipped is not None:
-            w[clipped if sel.size == a.shape[0] else clipped[sel]] = 0.0
         up = a_sel >= u
         total = w.sum(axis=1)
         w_up = np.multiply(w, up, out=den).sum(axis=1)
@@ -79,10 +75,24 @@ def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray,
     return resid, slope
 
 
-def _tail_sums(y: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(sum w, sum w^2)`` per row of ``w = y / (y + v)`` (``y >= 0``, ``v > 0`` per row)."""
-    w = np.add(y, v[:, None])
-    np.divide(y, w, out=w)
+def _tail_sums(y: FloatArray, gap: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sum w, sum w^2)`` per row of ``w = y / (y + e^gap)`` (``y >= 0``).
+
+    Rows with ``gap > 700`` (``e^gap`` near overflow) take ``w = m / (1 + m)``, ``m = y e^-gap``.
+    """
+    big = gap > 700.0
+    with np.errstate(under="ignore"):
+        if not big.any():
+            w = np.add(y, np.exp(gap)[:, None])
+            np.divide(y, w, out=w)
+        else:
+            w = np.multiply(y, np.exp(-gap)[:, None])
+            w /= w + 1.0
+            rows = np.flatnonzero(~big)
+            if rows.size:
+                w_small = np.add(y[rows], np.exp(gap[rows])[:, None])
+                np.divide(y[rows], w_small, out=w_small)
+                w[rows] = w_small
     return w.sum(axis=1), np.einsum("ij,ij->i", w, w)
 
 
@@ -157,70 +167,57 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     # One exp pass over the top 2k for the whole solve: with a_i = e^{zr_i - delta0} and
     # u = e^{delta - delta0} (in [0.49, 2.04] on the bracket), sigmoid(zr_i - delta) = a_i / (a_i + u)
     # and its complement u / (a_i + u): each Newton step costs divisions, not exponentials.
-    # Entries with |zr_i - delta0| > 700 contribute 0 to the residual (q, resp. p, is below
-    # e^-699 on the whole bracket, as if e^{-|t|} had underflowed). Rows whose bracket is wider
-    # than the clip allows (|delta0| > 1e11, spreads beyond float64's relative resolution) are
-    # evaluated directly from zr - delta.
-    direct = half_width > 1.0
-    with np.errstate(under="ignore", invalid="ignore"):
+    # Every term is evaluated to full precision (down to underflow), in the top and in the tail
+    # alike, so the residual stays consistent when every term is as small as e^-700. Rows
+    # where a top entry lies more than 700 above lambda_F (a_i would overflow) and rows whose
+    # bracket is wide (|delta0| > 1e11, spreads beyond float64's relative resolution) take
+    # sigmoid(zr - delta) from e^{-|t|} at each step, on their top 2k only.
+    #
+    # Rows where every term is below e^-700 at lambda_F (|z_i - lambda_F| > 700 for every
+    # entry) keep lambda_F: there the sigmoid's equation sum_{t<0} e^t (1 + O(e^t)) =
+    # sum_{t>0} e^-t (1 + O(e^-t)) is the Laplace one up to a relative e^-700, and its terms
+    # would be subnormal numbers.
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         a = np.subtract(zr, delta0[:, None])
-        # the masks are only built when a row reaches beyond +-700 (two cheap reductions tell)
-        over_rows = np.max(a, axis=1) > 700.0
-        clipped: np.ndarray | None = None
-        if over_rows.any():
-            clipped = a > 700.0
-            np.minimum(a, 700.0, out=a)
-        under_rows = np.min(a, axis=1) < -700.0
-        if under_rows.any():
-            np.putmask(a, a < -700.0, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
-        np.exp(a, out=a)
-    t0 = start.t0
-    if has_tail:
-        # The same rule outside the top 2k: y_i counts as 0 where z_i - ref - delta0 < -700. Rows
-        # whose every term is that small (e.g. k = 1 with the other entries 1400 below the first)
-        # then keep the Laplace threshold, as the residual is 0 there, instead of mixing exact
-        # tail terms with clipped top ones.
+        direct = (half_width > 1.0) | (np.max(a, axis=1) > 700.0)
+        all_far = (np.min(np.abs(a), axis=1) > 700.0) & ~sat_rows
+        np.exp(a, out=a)  # inf only on direct rows, which do not read it
+    if all_far.any() and has_tail:
+        rows = np.flatnonzero(all_far & tail_rows)  # the tail's terms are y_i e^{-(lambda_F - s_2k)}
         with np.errstate(under="ignore", over="ignore"):
-            cut = np.where(direct | ~tail_rows, 0.0, np.exp(gap + delta0 - 700.0))
-        rows_cut = np.flatnonzero(np.min(y, axis=1) < cut)
-        if rows_cut.size:
-            y_cut = y[rows_cut]
-            y_cut[y_cut < cut[rows_cut, None]] = 0.0
-            y[rows_cut] = y_cut
-            t0 = t0.copy()
-            t0[rows_cut] = y_cut.sum(axis=1)
-    active = np.flatnonzero(~sat_rows)
+            all_far[rows] = np.max(y[rows], axis=1) < np.exp(gap[rows] + delta0[rows] - 700.0)
+    active = np.flatnonzero(~(sat_rows | all_far))
     if has_tail:
         # A start near the root: Newton on the exact top 2k plus a model of the tail built from
         # three more sums over it. Its root is typically 1e-4 or closer to the true one, so the
         # exact solve below needs 2-3 evaluations instead of 5-6. The model only moves the
         # start within the bracket; the exact solve and its stopping rule are unchanged.
-        w0, w1, y1 = _tail_model(y, t0)
+        w0, w1, y1 = _tail_model(y, start.t0)
         rows = active
         for _ in range(MODEL_MAX_ITER):
             if rows.size == 0:
                 break
-            resid, slope = _sigmoid_residual(a, clipped, zr, delta, delta0, direct, rows, k)
+            resid, slope = _sigmoid_residual(a, zr, delta, delta0, direct, rows, k)
             with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # v = inf: 0
                 v = np.where(tail_rows[rows], np.exp(gap[rows] + delta[rows]), 1.0)
-                far = w1[rows] / (y1[rows] + v)
-                resid += w0[rows] / v + far
-                slope += w0[rows] / v + far / (1.0 + y1[rows] / v)
+                w_far = w1[rows] / (y1[rows] + v)
+                resid += w0[rows] / v + w_far
+                slope += w0[rows] / v + w_far / (1.0 + y1[rows] / v)
                 step = resid / slope
             cur = delta[rows]
             new = cur + step
             inside = np.isfinite(new) & (new > lo[rows]) & (new < hi[rows])
             delta[rows] = np.where(inside, new, cur)
             rows = rows[inside & (np.abs(step) > 1e-4 * (1.0 + np.abs(cur)))]  # then ~1e-8 from its root
-    iters = np.zeros(b)
+    iters = np.where(all_far, 1.0, 0.0)  # a zero residual at the start counts as one evaluation
     for it in range(1, SIGMOID_MAX_ITER + 1):
         if active.size == 0:
             break
-        resid, slope = _sigmoid_residual(a, clipped, zr, delta, delta0, direct, active, k)
+        resid, slope = _sigmoid_residual(a, zr, delta, delta0, direct, active, k)
         if has_tail:
-            with np.errstate(over="ignore"):  # v = inf: every tail term is 0
-                v = np.where(tail_rows[active], np.exp(gap[active] + delta[active]), 1.0)
-            s1, s2 = _tail_sums(y if active.size == b else y[active], v)
+            # rows without tail (y = 0) take e^0 = 1
+            s1, s2 = _tail_sums(y if active.size == b else y[active],
+                                np.where(tail_rows[active], gap[active] + delta[active], 0.0))
             resid += s1
             slope += s1 - s2  # p q = w (1 - w)
         iters[active] = it
