@@ -116,6 +116,19 @@ def test_threshold_matches_mpmath_where_every_term_is_tiny(gap: float) -> None:
         np.testing.assert_allclose(fwd.q[b][small_q], ref_q[small_q], rtol=1e-12)
 
 
+def test_terms_beyond_e_minus_700_still_count() -> None:
+    # k = 2, lambda = -712: q = p = 2.2e-300 for the entries 690 above and below it; the entry
+    # 712 above (q = e^-712, its e^{z - lambda} overflows) and the 200 entries 712 below (tail
+    # terms e^-712 each, e^{lambda - s_2k} overflows) move p and q by 3e-10 and 2e-8 relatively
+    rng = np.random.default_rng(1)
+    x = np.concatenate([[0.0, -22.0, -1402.0, -1423.0], -1424.0 - 0.5 * rng.random(200)])
+    result = st.evaluate(x, 2, "thre-sigmoid")
+    ref_p, ref_q = _reference(x.tolist(), 2, 1.0)
+    small_p, small_q = ref_p > 1e-300, ref_q > 1e-300
+    np.testing.assert_allclose(result.weights[small_p], ref_p[small_p], rtol=1e-12)
+    np.testing.assert_allclose(result.complement[small_q], ref_q[small_q], rtol=1e-12)
+
+
 def test_no_tail_and_k_near_n() -> None:
     # n <= 2k: everything is in the sorted top, no tail model
     x = np.random.default_rng(5).normal(size=(3, 7)) * 3
