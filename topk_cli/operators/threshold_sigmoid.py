@@ -129,7 +129,9 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     does not cancel when many ``p`` are close to 1. Iteration stops after taking a step
     below ``8 eps (1 + |delta|)`` (or at a zero residual, or a bracket of width 0), so
     ``delta`` is accurate to a few ulps, ``p`` to a few ulps relatively, and ``|sum p - k|`` is a
-    few ulps of ``k``. Typical: 3-6 Newton steps; cap :data:`SIGMOID_MAX_ITER`.
+    few ulps of ``k``. The iteration starts at the root of a cheap model (the top ``2k`` exactly,
+    the others by a Gauss-Radau rule, :func:`_tail_model`), which only moves the first iterate
+    inside the bracket. Typical: 1-2 exact evaluations; cap :data:`SIGMOID_MAX_ITER`.
 
     Cost: the Laplace start (a partial sort of the top ``2k`` and one ``exp`` pass over the
     others, ``y = e^{z - s_2k}``), a few divisions per entry and step, one ``exp`` pass for the
