@@ -85,7 +85,11 @@ def backward(
     rows = np.flatnonzero(ok)
     if _reuse_forward(prep, rows, g_p):  # every row succeeded: no second forward pass
         with np.errstate(all="ignore"):
-            g_x = (prep.impl.vjp(fwd, prep.z, prep.k, g_p) / prep.tau).astype(prep.out_dtype)
+            out = prep.impl.vjp(fwd, prep.z, prep.k, g_p)
+            if prep.tau != 1.0:
+                out = out / prep.tau
+        # a new array (rows are zeroed below), never a view of g_p
+        g_x = out.astype(prep.out_dtype, copy=out.dtype != prep.out_dtype or np.may_share_memory(out, g_p))
         rows = rows[:0]
     while rows.size:
         try:
