@@ -58,14 +58,16 @@ def _it_faithful(z: FloatArray, k: int) -> Forward:
     zmin = np.min(np.where(masked, np.inf, z), axis=-1, keepdims=True)
     d = np.where(masked, _NEG_INF, z - zmin)
     p, q = np.zeros_like(z), np.ones_like(z)
-    s_steps, c_steps, q_steps = [], [], []
+    s_steps, ctop_steps, top_steps, q_steps = [], [], [], []
     err = _RoundingErrors(z)
     d_live = np.where(masked, 0.0, d)
     for t in range(k):
         y = z if t == 0 else np.where(masked, _NEG_INF, q * d)
         s, c, local = _it_softmax(y, masked)
         s_steps.append(s)
-        c_steps.append(c)
+        top = np.argmax(s, axis=-1)
+        top_steps.append(top)
+        ctop_steps.append(c[np.arange(z.shape[0]), top])
         q_steps.append(q)
         # q - s and c - p are equal in exact arithmetic; keep the one with the smaller error bound
         direct = np.abs(q) + s <= c + np.abs(p)
@@ -76,7 +78,8 @@ def _it_faithful(z: FloatArray, k: int) -> Forward:
         err.close_round(t, {"slope": np.max(slope, axis=-1), "entry": np.argmax(slope, axis=-1).astype(np.float64)})
     fwd = Forward(p=np.where(masked, 0.0, p), q=np.where(masked, 1.0, q))
     fwd.aux = {
-        "s": np.stack(s_steps, axis=1), "c": np.stack(c_steps, axis=1), "q": np.stack(q_steps, axis=1),
+        "s": np.stack(s_steps, axis=1), "q": np.stack(q_steps, axis=1),
+        "ctop": np.stack(ctop_steps, axis=1), "top": np.stack(top_steps, axis=1).astype(np.float64),
         "d": np.where(masked, 0.0, d),
         "argmin": np.argmin(np.where(masked, np.inf, z), axis=-1).astype(np.float64),
         "fast": np.zeros(z.shape[0]),
@@ -190,7 +193,8 @@ def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     dd = eye - eye[np.arange(bsz), m][:, None, :] * live[:, :, None]  # d(z_i - z_m)
     dq = np.zeros((bsz, n, n))
     for t in range(k):
-        s, c, q = (aux[name][:, t, :, None] for name in ("s", "c", "q"))
+        s, q = (aux[name][:, t, :, None] for name in ("s", "q"))
+        c = _complement(aux, t)[:, :, None]
         dy = eye if t == 0 else dq * d + q * dd  # round one is softmax(z): no reference shift
         ds = s * (c * dy - _exclusive_sum(s * dy))
         dq = np.where(live[:, :, None], dq - ds, 0.0)
@@ -206,7 +210,8 @@ def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     qbar = np.where(live, -v, 0.0)
     dbar = np.zeros_like(z)
     for t in reversed(range(k)):
-        s, c, q = (np.where(live, aux[name][:, t], 0.0) for name in ("s", "c", "q"))
+        s, q = (np.where(live, aux[name][:, t], 0.0) for name in ("s", "q"))
+        c = np.where(live, _complement(aux, t), 0.0)
         g = -s * qbar  # cotangent of (c dy - X)
         ybar = c * g - s * _exclusive_sum(g[:, :, None])[:, :, 0]
         if t == 0:
@@ -221,7 +226,23 @@ def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     return _checked(zbar, "iterative")
 
 
-ITERATIVE = Implementation(forward=iterative_topk, jacobian=_it_jacobian, vjp=_it_vjp)
+#: ``elementwise``: every round computes ``s_i`` from ``z_i``, ``q_i`` and row-wide quantities
+#: (``min z``, the round's maximum and normaliser), so exactly tied entries get bitwise equal
+#: ``p`` and ``q`` by construction, on both paths (the faithful one also measures any split of
+#: ties, :func:`_tie_split`, and refuses the row if it mattered): the API's averaging over ties,
+#: a sort of every row, would change nothing.
+def _complement(aux: dict[str, FloatArray], t: int) -> FloatArray:
+    """``c = 1 - s`` of round ``t`` from the stored rounds: ``1 - s_i`` in float64 is relatively
+    accurate wherever ``s_i <= 1/2`` (every entry but the round's largest ``s``, and any ``s_i``
+    tied with it), and the largest one's ``c`` is stored (``aux["ctop"]``, computed without
+    cancellation: ``rest / (1 + rest)`` on the fast path, an exclusive log-sum on the faithful one).
+    Storing one ``c`` per round instead of ``n`` saves a third of the rounds' memory."""
+    c = 1.0 - aux["s"][:, t]
+    np.put_along_axis(c, aux["top"][:, t, None].astype(np.int64), aux["ctop"][:, t, None], axis=-1)
+    return c
+
+
+ITERATIVE = Implementation(forward=iterative_topk, jacobian=_it_jacobian, vjp=_it_vjp, elementwise=True)
 
 
 # --------------------------------------------------------------------------- certified fast path
@@ -252,7 +273,8 @@ def _it_fast(z: FloatArray, k: int) -> Forward:
     rows = np.arange(bsz)
     argmin = np.argmin(z, axis=-1)
     d = z - z[rows, argmin][:, None]
-    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "c", "q")}
+    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "q")}
+    ctop, top = np.empty((bsz, k)), np.empty((bsz, k))
     p, q = np.zeros_like(z), np.empty_like(z)
     ep, certified = np.empty(bsz), np.empty(bsz, dtype=bool)
     step = max(1, _FAST_BLOCK // n)
@@ -260,10 +282,10 @@ def _it_fast(z: FloatArray, k: int) -> Forward:
         for lo in range(0, bsz, step):
             b = slice(lo, lo + step)
             ep[b], certified[b] = _it_fast_block(
-                z[b], d[b], k, stacks["s"][b], stacks["c"][b], stacks["q"][b], p[b], q[b]
+                z[b], d[b], k, stacks["s"][b], stacks["q"][b], ctop[b], top[b], p[b], q[b]
             )
     fwd = Forward(p=p, q=q)
-    fwd.aux = {**stacks, "d": d, "argmin": argmin.astype(np.float64), "error_estimate": ep,
+    fwd.aux = {**stacks, "ctop": ctop, "top": top, "d": d, "argmin": argmin.astype(np.float64), "error_estimate": ep,
                "fast": certified.astype(np.float64)}
     return fwd
 
@@ -273,8 +295,8 @@ _FAST_BLOCK = 2**15
 
 
 def _it_fast_block(
-    z: FloatArray, d: FloatArray, k: int, s_st: FloatArray, c_st: FloatArray, q_st: FloatArray,
-    p: FloatArray, q_out: FloatArray,
+    z: FloatArray, d: FloatArray, k: int, s_st: FloatArray, q_st: FloatArray, ctop_st: FloatArray,
+    top_st: FloatArray, p: FloatArray, q_out: FloatArray,
 ) -> tuple[FloatArray, NDArray[np.bool_]]:
     """The rounds of :func:`_it_fast` on a block of rows; fills the stacks, ``p`` and ``q_out``
     and returns the bound on the error of ``p`` and whether each row is certified.
@@ -327,12 +349,12 @@ def _it_fast_block(
     dmax = 1.01 * np.max(d, axis=-1)  # >= the exact max(z) - min(z) and the computed max d
     q_lo = np.ones(bsz)  # a lower bound on every computed q_i
     h = np.zeros((bsz, n))  # bound on the error of q, per entry
-    y, tmp = np.empty((bsz, n)), np.empty((bsz, n))
+    y, tmp, c = np.empty((bsz, n)), np.empty((bsz, n)), np.empty((bsz, n))
     q_st[:, 0] = 1.0
     ep_add = np.zeros(bsz)  # the roundings of p + s and q - s, summed
     for t in range(k):
         q = q_st[:, t]
-        s, c = s_st[:, t], c_st[:, t]
+        s = s_st[:, t]
         q_next = q_st[:, t + 1] if t + 1 < k else q_out
         aq_max = np.maximum(1.0, -q_lo)  # >= max |q_i|: q_i <= 1 always
         if t == 0:  # round one is softmax(z): z is exact
@@ -344,16 +366,18 @@ def _it_fast_block(
             top = np.argmax(y, axis=-1)
             m = y[rows, top]
             y -= m[:, None]
-        np.exp(y, out=s)
-        s[rows, top] = 0.0
-        rest = _blocked_sum(s)
+        np.exp(y, out=y)  # in the contiguous buffer: the blocked sum reshapes it without a copy
+        y[rows, top] = 0.0
+        rest = _blocked_sum(y)
         total = 1.0 + rest
-        s /= total[:, None]
+        np.divide(y, total[:, None], out=s)
         s_top = 1.0 / total
         s[rows, top] = s_top
         np.subtract(1.0, s, out=c)
         c_top = rest / total
         c[rows, top] = c_top
+        ctop_st[:, t] = c_top
+        top_st[:, t] = top
         # the local error of the softmax of the computed y
         spread = dmax if t == 0 else m - np.minimum(0.0, q_lo) * dmax
         eta_1 = 1.01 * (u * spread + _EXP_ERR * u)
