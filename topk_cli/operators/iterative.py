@@ -49,6 +49,7 @@ def iterative_topk(z: FloatArray, k: int) -> Forward:
     if rescue.size == 0:
         return fast
     slow = _it_faithful(z[rescue], k)
+    fast.aux["q"] = _replayed_q(fast.aux["s"])
     return _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
 
 
@@ -80,7 +81,7 @@ def _it_faithful(z: FloatArray, k: int) -> Forward:
     fwd.aux = {
         "s": np.stack(s_steps, axis=1), "q": np.stack(q_steps, axis=1),
         "ctop": np.stack(ctop_steps, axis=1), "top": np.stack(top_steps, axis=1).astype(np.float64),
-        "d": np.where(masked, 0.0, d),
+        "d": np.where(masked, 0.0, d), "qlast": fwd.q,
         "argmin": np.argmin(np.where(masked, np.inf, z), axis=-1).astype(np.float64),
         "fast": np.zeros(z.shape[0]),
     }
@@ -192,8 +193,11 @@ def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     m = aux["argmin"].astype(np.int64)
     dd = eye - eye[np.arange(bsz), m][:, None, :] * live[:, :, None]  # d(z_i - z_m)
     dq = np.zeros((bsz, n, n))
+    q_run = np.ones((bsz, n))
     for t in range(k):
-        s, q = (aux[name][:, t, :, None] for name in ("s", "q"))
+        s = aux["s"][:, t, :, None]
+        q = (aux["q"][:, t] if "q" in aux else q_run)[:, :, None]
+        q_run = q_run - aux["s"][:, t]
         c = _complement(aux, t)[:, :, None]
         dy = eye if t == 0 else dq * d + q * dd  # round one is softmax(z): no reference shift
         ds = s * (c * dy - _exclusive_sum(s * dy))
@@ -209,8 +213,13 @@ def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     d = aux["d"]
     qbar = np.where(live, -v, 0.0)
     dbar = np.zeros_like(z)
+    q_run = aux["qlast"]
     for t in reversed(range(k)):
-        s, q = (np.where(live, aux[name][:, t], 0.0) for name in ("s", "q"))
+        s = np.where(live, aux["s"][:, t], 0.0)
+        if "q" in aux:
+            q = np.where(live, aux["q"][:, t], 0.0)
+        else:  # only fast rows, no masked entries: q before round t is q after it plus s
+            q = q_run = q_run + s
         c = np.where(live, _complement(aux, t), 0.0)
         g = -s * qbar  # cotangent of (c dy - X)
         ybar = c * g - s * _exclusive_sum(g[:, :, None])[:, :, 0]
@@ -226,11 +235,16 @@ def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     return _checked(zbar, "iterative")
 
 
-#: ``elementwise``: every round computes ``s_i`` from ``z_i``, ``q_i`` and row-wide quantities
-#: (``min z``, the round's maximum and normaliser), so exactly tied entries get bitwise equal
-#: ``p`` and ``q`` by construction, on both paths (the faithful one also measures any split of
-#: ties, :func:`_tie_split`, and refuses the row if it mattered): the API's averaging over ties,
-#: a sort of every row, would change nothing.
+def _replayed_q(s: FloatArray) -> FloatArray:
+    """The stack of ``q = 1 - p`` before each round, ``(B, k, n)``, replayed from the stored
+    ``s`` exactly as the fast path computed it (``q <- q - s`` from 1: the same bits)."""
+    q = np.empty_like(s)
+    q[:, 0] = 1.0
+    for t in range(1, s.shape[1]):
+        np.subtract(q[:, t - 1], s[:, t - 1], out=q[:, t])
+    return q
+
+
 def _complement(aux: dict[str, FloatArray], t: int) -> FloatArray:
     """``c = 1 - s`` of round ``t`` from the stored rounds: ``1 - s_i`` in float64 is relatively
     accurate wherever ``s_i <= 1/2`` (every entry but the round's largest ``s``, and any ``s_i``
@@ -242,6 +256,11 @@ def _complement(aux: dict[str, FloatArray], t: int) -> FloatArray:
     return c
 
 
+#: ``elementwise``: every round computes ``s_i`` from ``z_i``, ``q_i`` and row-wide quantities
+#: (``min z``, the round's maximum and normaliser), so exactly tied entries get bitwise equal
+#: ``p`` and ``q`` by construction, on both paths (the faithful one also measures any split of
+#: ties, :func:`_tie_split`, and refuses the row if it mattered): the API's averaging over ties,
+#: a sort of every row, would change nothing.
 ITERATIVE = Implementation(forward=iterative_topk, jacobian=_it_jacobian, vjp=_it_vjp, elementwise=True)
 
 
@@ -273,7 +292,7 @@ def _it_fast(z: FloatArray, k: int) -> Forward:
     rows = np.arange(bsz)
     argmin = np.argmin(z, axis=-1)
     d = z - z[rows, argmin][:, None]
-    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "q")}
+    s_st = np.empty((bsz, k, n))
     ctop, top = np.empty((bsz, k)), np.empty((bsz, k))
     p, q = np.zeros_like(z), np.empty_like(z)
     ep, certified = np.empty(bsz), np.empty(bsz, dtype=bool)
@@ -282,10 +301,10 @@ def _it_fast(z: FloatArray, k: int) -> Forward:
         for lo in range(0, bsz, step):
             b = slice(lo, lo + step)
             ep[b], certified[b] = _it_fast_block(
-                z[b], d[b], k, stacks["s"][b], stacks["q"][b], ctop[b], top[b], p[b], q[b]
+                z[b], d[b], k, s_st[b], ctop[b], top[b], p[b], q[b]
             )
     fwd = Forward(p=p, q=q)
-    fwd.aux = {**stacks, "ctop": ctop, "top": top, "d": d, "argmin": argmin.astype(np.float64), "error_estimate": ep,
+    fwd.aux = {"s": s_st, "ctop": ctop, "top": top, "qlast": q, "d": d, "argmin": argmin.astype(np.float64), "error_estimate": ep,
                "fast": certified.astype(np.float64)}
     return fwd
 
@@ -295,10 +314,10 @@ _FAST_BLOCK = 2**15
 
 
 def _it_fast_block(
-    z: FloatArray, d: FloatArray, k: int, s_st: FloatArray, q_st: FloatArray, ctop_st: FloatArray,
-    top_st: FloatArray, p: FloatArray, q_out: FloatArray,
+    z: FloatArray, d: FloatArray, k: int, s_st: FloatArray, ctop_st: FloatArray, top_st: FloatArray,
+    p: FloatArray, q: FloatArray,
 ) -> tuple[FloatArray, NDArray[np.bool_]]:
-    """The rounds of :func:`_it_fast` on a block of rows; fills the stacks, ``p`` and ``q_out``
+    """The rounds of :func:`_it_fast` on a block of rows; fills ``s_st``, ``ctop_st``, ``top_st``, ``p`` and ``q``
     and returns the bound on the error of ``p`` and whether each row is certified.
 
     Per round, with ``y = q d`` (round one ``y = z``), ``e = exp(y - max y)`` (the top entry is 1
@@ -350,12 +369,10 @@ def _it_fast_block(
     q_lo = np.ones(bsz)  # a lower bound on every computed q_i
     h = np.zeros((bsz, n))  # bound on the error of q, per entry
     y, tmp, c = np.empty((bsz, n)), np.empty((bsz, n)), np.empty((bsz, n))
-    q_st[:, 0] = 1.0
+    q[...] = 1.0
     ep_add = np.zeros(bsz)  # the roundings of p + s and q - s, summed
     for t in range(k):
-        q = q_st[:, t]
         s = s_st[:, t]
-        q_next = q_st[:, t + 1] if t + 1 < k else q_out
         aq_max = np.maximum(1.0, -q_lo)  # >= max |q_i|: q_i <= 1 always
         if t == 0:  # round one is softmax(z): z is exact
             top = np.argmax(z, axis=-1)
@@ -413,17 +430,17 @@ def _it_fast_block(
             w1_top = s_top * c_top * d[rows, top]
             h[rows, top] = (h_top * (np.abs(1.0 - w1_top) + eps * dmax) + s_top * loc_top
                             + f * s_top * (c_top * 2.02 * u * np.abs(q[rows, top]) * dmax + w_rest))
-        np.subtract(q, s, out=q_next)
+        q -= s
         p += s
         q_lo = q_lo - s_top * (1.0 + 16.0 * u)  # no computed s_i exceeds s_top by more than the exp's error
-        np.abs(q_next, out=tmp)
+        np.abs(q, out=tmp)
         tmp *= u
         h += tmp
         ep_add += 1.01 * u * ((t + 1) + np.maximum(1.0, -q_lo))
     slack = 1.0 + 64.0 * k * u
     ep = slack * (np.max(h, axis=-1) + ep_add)
     h *= slack
-    np.abs(q_out, out=tmp)
+    np.abs(q, out=tmp)
     tmp *= _FAST_Q_BOUND
     certified = (ep <= _FAST_P_BOUND) & np.all(h <= tmp, axis=-1)
     return ep, certified
