@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pytest
 import reference
 from mpmath import mp
 
 import topk_cli as st
+from topk_cli.errors import NumericalFailureError
 from topk_cli.operators import iterative as it
 
 
@@ -113,7 +115,19 @@ def test_derivatives_without_a_stored_q_match_the_faithful_ones() -> None:
     assert mixed.aux["fast"].tolist() == [1.0, 1.0, 1.0, 0.0]
     v = rng.standard_normal(z.shape)
     vjp = it._it_vjp(mixed, z, 3, v)
+    # the forward pass keeps no rounds (O(B n) memory); the derivatives recompute them, and the
+    # API's VJP computes forward and VJP in one pass
+    assert "s" not in mixed.aux and "s" in it._it_forward(z, 3).aux
+    np.testing.assert_array_equal(st.vjp(x, 3, v, "iterative", tau=0.5), vjp / 0.5)
     for b in range(4):
         alone = it.iterative_topk(z[b : b + 1], 3)
         np.testing.assert_array_equal(mixed.p[b], alone.p[0])
         np.testing.assert_allclose(vjp[b], it._it_vjp(alone, z[b : b + 1], 3, v[b : b + 1])[0], rtol=0, atol=1e-14)
+
+
+def test_the_vjp_of_a_failed_row_reports_the_forward_failure() -> None:
+    # the fused forward + VJP must not turn a refused row into a derivative error
+    with pytest.raises(NumericalFailureError) as info:
+        st.vjp([[2.0, 1.0, 2.0, 0.0]], 2, [[1.0, 0.0, 0.0, 0.0]], "iterative", tau=1e-20)
+    (failure,) = info.value.failures
+    assert failure.code == "ill-conditioned" and failure.detail.startswith("iterative: step")

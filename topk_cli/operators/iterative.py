@@ -9,7 +9,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from topk_cli.operators._base import FloatArray, Forward, Implementation, _combine_rows
+from topk_cli.operators._base import OK, FloatArray, Forward, Implementation, _combine_rows
 from topk_cli.operators._logsigned import (
     _NEG_INF,
     _UNIT,
@@ -36,21 +36,43 @@ def iterative_topk(z: FloatArray, k: int) -> Forward:
     rigorous error bound); the rows it cannot certify, and rows with masked entries, are computed
     by :func:`_it_faithful`. ``aux["fast"]`` is 1.0 on the rows the fast path returned.
 
+    The rounds (``k`` arrays of ``n`` per row) are not kept: a forward pass needs ``O(B n)``
+    memory, and the Jacobian and VJP recompute them (:func:`_it_forward`, one more forward pass;
+    the API's VJP runs :func:`_it_forward_vjp`, one pass for both).
+
     >>> iterative_topk(np.array([[0.0, -1.0]]), 2).p.round(4)
     array([[1.2979, 0.7021]])
     """
+    return _it_forward(z, k, store=False)
+
+
+def _it_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
+    """:func:`iterative_topk`, with the rounds the derivatives read in ``aux`` when ``store``
+    (else only ``aux["fast"]`` and ``aux["error_estimate"]``)."""
     eligible = np.isfinite(z).all(axis=-1)
     if not eligible.any():
         return _it_faithful(z, k)
     rows = np.flatnonzero(eligible)
-    fast = _it_fast(z if eligible.all() else z[rows], k)
+    fast = _it_fast(z if eligible.all() else z[rows], k, store=store)
     rescue = np.flatnonzero(~eligible)
     rescue = np.concatenate([rescue, rows[fast.aux["fast"] == 0]])
     if rescue.size == 0:
         return fast
     slow = _it_faithful(z[rescue], k)
-    fast.aux["q"] = _replayed_q(fast.aux["s"])
+    if store:
+        fast.aux["q"] = _replayed_q(fast.aux["s"])
+    else:
+        slow.aux = {name: slow.aux[name] for name in fast.aux}
     return _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
+
+
+def _it_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`_it_forward` with the rounds kept, then :func:`_it_vjp`. With failed rows the API
+    reports the forward's failure, so no derivative is computed."""
+    fwd = _it_forward(z, k)
+    if (fwd.codes() != OK).any() or not np.isfinite(fwd.p).all():
+        return fwd, np.zeros_like(z)
+    return fwd, _it_vjp(fwd, z, k, v)
 
 
 def _it_faithful(z: FloatArray, k: int) -> Forward:
@@ -185,6 +207,8 @@ def _tie_split(z: FloatArray, p: FloatArray, q: FloatArray) -> FloatArray:
 
 def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     """Forward mode: ``dy = dq d + q dd``; ``ds = s (c dy - X)``, ``X_i = sum_{j != i} s_j dy_j``."""
+    if "s" not in fwd.aux:  # the forward pass did not keep the rounds
+        fwd = _it_forward(z, k)
     bsz, n = z.shape
     live = np.isfinite(z)
     aux = fwd.aux
@@ -207,6 +231,8 @@ def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 
 def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     """Reverse mode through the stored rounds, ``O(k n)`` time per row."""
+    if "s" not in fwd.aux:  # the forward pass did not keep the rounds
+        fwd = _it_forward(z, k)
     bsz = z.shape[0]
     live = np.isfinite(z)
     aux = fwd.aux
@@ -312,7 +338,9 @@ def _complement(aux: dict[str, FloatArray], t: int) -> FloatArray:
 #: ``p`` and ``q`` by construction, on both paths (the faithful one also measures any split of
 #: ties, :func:`_tie_split`, and refuses the row if it mattered): the API's averaging over ties,
 #: a sort of every row, would change nothing.
-ITERATIVE = Implementation(forward=iterative_topk, jacobian=_it_jacobian, vjp=_it_vjp, elementwise=True)
+ITERATIVE = Implementation(
+    forward=iterative_topk, jacobian=_it_jacobian, vjp=_it_vjp, elementwise=True, forward_vjp=_it_forward_vjp
+)
 
 
 # --------------------------------------------------------------------------- certified fast path
@@ -329,7 +357,7 @@ _FAST_Q_BOUND = 1e-10
 _EXP_ERR = 8.0
 
 
-def _it_fast(z: FloatArray, k: int) -> Forward:
+def _it_fast(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     """The ``k`` rounds in plain float64 (one ``exp`` pass per round), with a rigorous error bound.
 
     Rows must be free of masked entries. The rows are processed in blocks of about
@@ -337,13 +365,14 @@ def _it_fast(z: FloatArray, k: int) -> Forward:
     arrays stay in cache (the rows are independent); see :func:`_it_fast_block` for the rounds
     and the bound. ``aux["fast"]`` is 1.0 on the rows whose bound is at most :data:`_FAST_P_BOUND`
     for ``p`` and :data:`_FAST_Q_BOUND` ``|1 - p_i|`` for every ``1 - p_i``;
-    ``aux["error_estimate"]`` is the bound on ``p``.
+    ``aux["error_estimate"]`` is the bound on ``p``. Without ``store``, the rounds are not kept
+    (``s`` goes to one reused buffer).
     """
     bsz, n = z.shape
     rows = np.arange(bsz)
     argmin = np.argmin(z, axis=-1)
     d = z - z[rows, argmin][:, None]
-    s_st = np.empty((bsz, k, n))
+    s_st = np.empty((bsz, k if store else 1, n))
     ctop, top = np.empty((bsz, k)), np.empty((bsz, k))
     p, q = np.zeros_like(z), np.empty_like(z)
     ep, certified = np.empty(bsz), np.empty(bsz, dtype=bool)
@@ -355,8 +384,9 @@ def _it_fast(z: FloatArray, k: int) -> Forward:
                 z[b], d[b], k, s_st[b], ctop[b], top[b], p[b], q[b]
             )
     fwd = Forward(p=p, q=q)
-    fwd.aux = {"s": s_st, "ctop": ctop, "top": top, "qlast": q, "d": d, "argmin": argmin.astype(np.float64), "error_estimate": ep,
-               "fast": certified.astype(np.float64)}
+    fwd.aux = {"error_estimate": ep, "fast": certified.astype(np.float64)}
+    if store:
+        fwd.aux.update(s=s_st, ctop=ctop, top=top, qlast=q, d=d, argmin=argmin.astype(np.float64))
     return fwd
 
 
@@ -425,7 +455,7 @@ def _it_fast_block(
     q[...] = 1.0
     ep_add = np.zeros(bsz)  # the roundings of p + s and q - s, summed
     for t in range(k):
-        s = s_st[:, t]
+        s = s_st[:, t % s_st.shape[1]]  # one buffer when the rounds are not kept
         aq_max = np.maximum(1.0, -q_lo)  # >= max |q_i|: q_i <= 1 always
         if t == 0:  # round one is softmax(z): z is exact
             top = np.argmax(z, axis=-1)
