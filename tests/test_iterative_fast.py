@@ -131,3 +131,16 @@ def test_the_vjp_of_a_failed_row_reports_the_forward_failure() -> None:
         st.vjp([[2.0, 1.0, 2.0, 0.0]], 2, [[1.0, 0.0, 0.0, 0.0]], "iterative", tau=1e-20)
     (failure,) = info.value.failures
     assert failure.code == "ill-conditioned" and failure.detail.startswith("iterative: step")
+
+
+def test_the_fused_forward_and_vjp_agree_with_the_stored_rounds() -> None:
+    # rows certified and not (recomputed faithfully) in one all-finite batch, several row blocks
+    z = st.scaled_scores(np.random.default_rng(1).standard_normal((6, 12)), 4, tau=0.02)
+    z = np.vstack([z, st.scaled_scores(np.random.default_rng(6).standard_normal((6000, 12)), 4, tau=0.5)])
+    v = np.random.default_rng(7).standard_normal(z.shape)
+    fwd, out = it._it_forward_vjp(z, 4, v)
+    stored = it._it_forward(z, 4)
+    assert 0 < stored.aux["fast"].sum() < z.shape[0] and "s" not in fwd.aux
+    np.testing.assert_array_equal(fwd.p, stored.p)
+    np.testing.assert_array_equal(fwd.aux["fast"], stored.aux["fast"])
+    np.testing.assert_allclose(out, it._it_vjp(stored, z, 4, v), rtol=0, atol=1e-14)

@@ -67,12 +67,44 @@ def _it_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
 
 
 def _it_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
-    """:func:`_it_forward` with the rounds kept, then :func:`_it_vjp`. With failed rows the API
-    reports the forward's failure, so no derivative is computed."""
-    fwd = _it_forward(z, k)
-    if (fwd.codes() != OK).any() or not np.isfinite(fwd.p).all():
-        return fwd, np.zeros_like(z)
-    return fwd, _it_vjp(fwd, z, k, v)
+    """:func:`iterative_topk` and :func:`_it_vjp` in one pass. Without masked entries, each block
+    of rows runs the fast rounds into one reused buffer of the block's rounds and then the reverse
+    pass, so the ``k`` rounds are never held for the whole batch; the rows the fast path cannot
+    certify are recomputed faithfully (forward and VJP). With failed rows the API reports the
+    forward's failure, so no derivative is computed for them."""
+    if not np.isfinite(z).all():
+        fwd = _it_forward(z, k)
+        if (fwd.codes() != OK).any() or not np.isfinite(fwd.p).all():
+            return fwd, np.zeros_like(z)
+        return fwd, _it_vjp(fwd, z, k, v)
+    bsz, n = z.shape
+    argmin = np.argmin(z, axis=-1)
+    d = z - z[np.arange(bsz), argmin][:, None]
+    step = max(1, _FAST_BLOCK // n)
+    width = min(step, bsz)
+    s_blk, ctop_blk, top_blk = np.empty((width, k, n)), np.empty((width, k)), np.empty((width, k))
+    p, q, out = np.zeros_like(z), np.empty_like(z), np.empty_like(z)
+    ep, certified = np.empty(bsz), np.empty(bsz, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # blown-up bounds: not certified
+        for lo in range(0, bsz, step):
+            b = slice(lo, lo + step)
+            nb = p[b].shape[0]
+            ep[b], certified[b] = _it_fast_block(z[b], d[b], k, s_blk[:nb], ctop_blk[:nb], top_blk[:nb], p[b], q[b])
+            aux = {"s": s_blk[:nb], "ctop": ctop_blk[:nb], "top": top_blk[:nb], "qlast": q[b], "d": d[b],
+                   "argmin": argmin[b].astype(np.float64)}
+            out[b] = _it_vjp_dense(aux, k, v[b])
+    fwd = Forward(p=p, q=q)
+    fwd.aux = {"error_estimate": ep, "fast": certified.astype(np.float64)}
+    rescue = np.flatnonzero(~certified)
+    if rescue.size == 0:
+        return fwd, _checked(out, "iterative")
+    slow = _it_faithful(z[rescue], k)
+    if (slow.codes() != OK).any() or not np.isfinite(slow.p).all():
+        out[rescue] = 0.0
+    else:
+        out[rescue] = _it_vjp(slow, z[rescue], k, v[rescue])
+    slow.aux = {name: slow.aux[name] for name in fwd.aux}
+    return _combine_rows(bsz, [(np.arange(bsz), fwd), (rescue, slow)]), _checked(out, "iterative")
 
 
 def _it_faithful(z: FloatArray, k: int) -> Forward:
@@ -231,7 +263,9 @@ def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 
 def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     """Reverse mode through the stored rounds, ``O(k n)`` time per row."""
-    if "s" not in fwd.aux:  # the forward pass did not keep the rounds
+    if "s" not in fwd.aux:  # the forward pass did not keep the rounds: recompute them
+        if np.isfinite(z).all() and (fwd.codes() == OK).all():
+            return _it_forward_vjp(z, k, v)[1]
         fwd = _it_forward(z, k)
     bsz = z.shape[0]
     live = np.isfinite(z)
