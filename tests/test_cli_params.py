@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from topk_cli.cli_params import install_group
 RAW: list[Any] = [
     "2", "0", "-3", "007", "-0", "2.0", "2.5", "1e3", "1E-3", "1e-400", ".5", "1.", "-0.0", "inf", "-inf", "nan",
     "1e400", "123456789012345678901234", " 2", "2 ", "+2", "0x10", "1_000", "abc", "", "table", "JSON", "Csv",
-    "x.csv", "-", "a,b", 2, 0, 2.5, -0.0, True, False, ("a", "b"), ["a"], ("1",), (),
+    "x.csv", "-", "a,b", "./a b/c.json", "~/x", 2, 0, 2.5, -0.0, True, False, ("a", "b"), ["a"], ("1",), (),
 ]
 
 
@@ -59,9 +60,13 @@ def test_every_parameter_of_every_command_coerces_as_typer_does() -> None:
             assert same, (param.name, value, got, want)
 
 
-@pytest.mark.parametrize("argv", [["compute", "-k", "2", "--values", "3,2,1"], ["compute", "--help"], ["--help"]])
-def test_plain_arguments_do_not_import_pydantic(argv: list[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [["compute", "-k", "2", "--values", "3,2,1", "-o", "{tmp}/out.txt"], ["compute", "--help"], ["--help"]],
+)
+def test_plain_arguments_do_not_import_pydantic(argv: list[str], tmp_path: Path) -> None:
     """Start-up time: Typer's pydantic adapters are built only for values the direct path defers."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     code = (
         "import sys, io, contextlib\nfrom topk_cli.cli import main\n"
         f"sys.argv = ['softtopk', *{argv!r}]\n"

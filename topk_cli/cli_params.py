@@ -103,7 +103,9 @@ def install(params: Iterable[Any]) -> int:
                 return coerce_cli_choice(
                     value, choices=tuple(self.annotation), case_sensitive=info.case_sensitive, ctx=ctx
                 )
-            if kind == "path":
+            if kind == "path":  # Typer converts a string with pydantic's Path validator: Path(value)
+                if type(value) is str and value and "\0" not in value:
+                    value = Path(value)
                 return coerce_cli_path(value, self.parameter_info, path_type=Path, param=param, ctx=ctx)
             return _DEFER  # pragma: no cover
 
