@@ -52,7 +52,9 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
       |1 - q_top| / |V_top| + 4 u`` (``S - V_top = 1``: errors of ``X`` and ``q_top`` enter both and
       mostly cancel);
     * ``r <- r + (error of f) + u``, likewise ``r_top``;
-    * ``e_p <- e_p + max(|s_top| (r_top + rho_S + u), (kappa_S - |s_top|)(r + eps_exp + rho_S + 3 u)) + u P``,
+    * ``s_top = q_top / (q_top + X)``: relative error ``r_top |1 - s_top| + |dX| / |S| + 3 u`` (the error
+      of ``q_top`` enters ``S`` too: a saturated ``s_top`` stays accurate to ``O(u)``);
+    * ``e_p <- e_p + max(|s_top| (error of s_top), (kappa_S - |s_top|)(r + eps_exp + rho_S + 3 u)) + u P``,
       ``kappa_S = (A + |q_top|) / |S| = sum_i |s_i|`` (so ``kappa_S - |s_top| >= max_{i != top} |s_i|``)
       and ``P = sum kappa_S >= max |p_i|``.
 
@@ -131,7 +133,8 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
             kappa = (a_sum + np.abs(q_top)) / s_abs
             p_max += kappa
             s_top = np.abs(q_top * inv)
-            e_p += 1.01 * np.maximum(s_top * (r_top + rho_s + u), (kappa - s_top) * (r + eps_w + rho_s + 3.0 * u)) + u * p_max
+            err_s_top = r_top * np.abs(c[rows, top]) + d_x / s_abs + 3.0 * u
+            e_p += 1.01 * np.maximum(s_top * err_s_top, (kappa - s_top) * (r + eps_w + rho_s + 3.0 * u)) + u * p_max
             r = r + 1.01 * err_f + u
             r_top = r_top + err_f_top + u
             ok &= (err_v_top <= 1e-6) & (np.abs(q_top) >= _TINY) & (q_low * w_min >= _TINY)
