@@ -56,7 +56,9 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
       of ``q_top`` enters ``S`` too: a saturated ``s_top`` stays accurate to ``O(u)``);
     * ``e_p <- e_p + max(|s_top| (error of s_top), (kappa_S - |s_top|)(r + eps_exp + rho_S + 3 u)) + u P``,
       ``kappa_S = (A + |q_top|) / |S| = sum_i |s_i|`` (so ``kappa_S - |s_top| >= max_{i != top} |s_i|``)
-      and ``P = sum kappa_S >= max |p_i|``.
+      and ``P = sum kappa_S >= max |p_i|``; where every ``q_i`` stays positive, every ``s_i >= 0`` and
+      ``p_i = sum_t s_i < 1``, so ``e_p`` is also at most the largest relative error of an ``s_i`` plus
+      ``k u`` (the smaller of the two is kept: the second does not grow as ``k^2``).
 
     First-order terms carry a factor 1.01: a row is only certified when every relative error above is
     below 1e-6 (``rho_S <= e_p``, the errors of ``f`` are parts of ``r``, and the relative error of
@@ -91,6 +93,8 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
     p_max = np.zeros(bsz)  # bound on max |p|
     q_low = np.ones(bsz)  # lower bound on min_{i != top} |q_i|
     positive = np.ones(bsz, dtype=bool)  # every non-top q > 0 (then A = X)
+    all_positive = np.ones(bsz, dtype=bool)  # every q > 0 in every round so far
+    err_s_max = np.zeros(bsz)  # largest relative error of an s_i so far
     ok = np.ones(bsz, dtype=bool)
     uu = np.empty_like(z)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # blown-up bounds: not certified
@@ -134,13 +138,20 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
             p_max += kappa
             s_top = np.abs(q_top * inv)
             err_s_top = r_top * np.abs(c[rows, top]) + d_x / s_abs + 3.0 * u
-            e_p += 1.01 * np.maximum(s_top * err_s_top, (kappa - s_top) * (r + eps_w + rho_s + 3.0 * u)) + u * p_max
+            err_s = r + eps_w + rho_s + 3.0 * u  # relative error of the non-top s_i
+            e_p += 1.01 * np.maximum(s_top * err_s_top, (kappa - s_top) * err_s) + u * p_max
+            err_s_max = np.maximum(err_s_max, np.maximum(err_s_top, err_s))
+            all_positive &= positive & (q_top > 0) & (total > 0)
             r = r + 1.01 * err_f + u
             r_top = r_top + err_f_top + u
             ok &= (err_v_top <= 1e-6) & (np.abs(q_top) >= _TINY) & (q_low * w_min >= _TINY)
             q_low = q_low * f_low
             p += s
             q *= f
+        # with every q_i > 0 in every round, every s_i >= 0 and p_i = sum_t s_i < 1: the errors of the
+        # s_i add up to at most the largest relative one (and the additions to p to k u)
+        all_positive &= positive & (q[rows, top] > 0)
+        e_p = np.where(all_positive, np.minimum(e_p, 1.01 * err_s_max + k * u), e_p)
         slack = 1.0 + 32.0 * k * u
         e_p *= slack
         certified = (ok & (e_p <= FAST_P_BOUND) & (slack * r <= FAST_Q_BOUND) & (slack * r_top <= FAST_Q_BOUND)
