@@ -17,9 +17,10 @@ FAST_P_BOUND = 1e-12
 #: ... and the bound on the relative error of every ``1 - p_i`` is at most this (the complement is
 #: reported relatively accurately, as the faithful path does).
 FAST_Q_BOUND = 1e-10
-#: Largest gap ``max z - min z`` of a row the fast path takes: ``e^{-600}`` (2^-866) is a normal float64
-#: with room to spare, so every ``e^{z_j}`` and ``q_j e^{z_j}`` keeps its relative accuracy.
-FAST_MAX_GAP = 600.0
+#: Largest gap ``max z - min z`` of a row the fast path takes: ``e^{-700}`` (2^-1010) is a normal
+#: float64, so every ``e^{z_j}`` keeps its relative accuracy (products ``q_j e^{z_j}`` are guarded
+#: separately, see :data:`_TINY`).
+FAST_MAX_GAP = 700.0
 #: Error allowed for one float64 ``np.exp``, in units of ``u``: 4 ulps (8 u), a generous margin over
 #: the < 1 ulp of glibc's ``exp`` and numpy's vectorised one (``exp(0) = 1`` is exact).
 _EXP_ERR = 8.0
