@@ -62,8 +62,8 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
       ``k u`` (the smaller of the two is kept: the second does not grow as ``k^2``).
 
     First-order terms carry a factor 1.01: a row is only certified when every relative error above is
-    below 1e-6 (``rho_S <= e_p``, the errors of ``f`` are parts of ``r``, and the relative error of
-    ``V_top`` is checked), so the neglected second-order terms are below 1e-6 of the first-order ones.
+    below 1e-6 (those of ``q`` and ``f`` by the final checks, those of ``S`` and ``V_top`` by checks in
+    every round), so the neglected second-order terms are below 1e-6 of the first-order ones.
     ``|q_i| w_i`` stays above :data:`_TINY` (tracked through the lower bound ``min |f_i|``), so no
     product underflows; a subnormal ``s_i`` adds at most ``2^-1074`` to ``p``, far inside the final
     ``1 + 32 k u``, which covers the rounding of the bound itself.
@@ -145,7 +145,7 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
             all_positive &= positive & (q_top > 0) & (total > 0)
             r = r + 1.01 * err_f + u
             r_top = r_top + err_f_top + u
-            ok &= (err_v_top <= 1e-6) & (np.abs(q_top) >= _TINY) & (q_low * w_min >= _TINY)
+            ok &= (err_v_top <= 1e-6) & (rho_s <= 1e-6) & (np.abs(q_top) >= _TINY) & (q_low * w_min >= _TINY)
             q_low = q_low * f_low
             p += s
             q *= f
