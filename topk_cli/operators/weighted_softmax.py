@@ -358,15 +358,18 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     """Reverse mode through the rounds stored in ``fwd.aux`` (the transpose of the Jacobian's
     forward mode): ``O(k n)`` time per row."""
     live = np.isfinite(z)
+    masked = not live.all()  # without masked entries the stored rounds are all finite: no masking needed
     qbar = np.where(live, -v, 0.0)[:, :, None]
     zbar = np.zeros_like(qbar)
     aux = fwd.aux
     for t in reversed(range(k)):
-        s, f, rho, c = (np.where(live, aux[name][:, t], 0.0)[:, :, None] for name in ("s", "f", "rho", "c"))
+        s, f, rho, c = ((np.where(live, aux[name][:, t], 0.0) if masked else aux[name][:, t])[:, :, None]
+                        for name in ("s", "f", "rho", "c"))
         g = -s * qbar
         zbar += c * g - s * _exclusive_sum(g)
         qbar = f * qbar - rho * np.sum(g, axis=1, keepdims=True)
-        qbar = np.where(live[:, :, None], qbar, 0.0)
+        if masked:
+            qbar = np.where(live[:, :, None], qbar, 0.0)
     out = zbar[:, :, 0]
     bad = ~np.isfinite(out).all(axis=-1)
     # rows that overflowed (gaps beyond ~709): v^T J from the log-space Jacobian, one row at a
