@@ -359,18 +359,31 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     forward mode): ``O(k n)`` time per row."""
     live = np.isfinite(z)
     masked = not live.all()  # without masked entries the stored rounds are all finite: no masking needed
-    qbar = np.where(live, -v, 0.0)[:, :, None]
+    rows = np.arange(z.shape[0])
+    qbar = np.where(live, -v, 0.0)
     zbar = np.zeros_like(qbar)
     aux = fwd.aux
     for t in reversed(range(k)):
-        s, f, rho, c = ((np.where(live, aux[name][:, t], 0.0) if masked else aux[name][:, t])[:, :, None]
+        s, f, rho, c = (np.where(live, aux[name][:, t], 0.0) if masked else aux[name][:, t]
                         for name in ("s", "f", "rho", "c"))
-        g = -s * qbar
-        zbar += c * g - s * _exclusive_sum(g)
-        qbar = f * qbar - rho * np.sum(g, axis=1, keepdims=True)
+        g = s * qbar  # minus the cotangent of c dz - X (the signs are folded into the updates below)
+        # X_i = sum_{j != i} g_j: total minus own term, except for the entry of largest |g| (the only
+        # one that can dominate the total), summed directly without it (as _exclusive_sum does)
+        total = g.sum(axis=1)
+        top = np.argmax(np.abs(g), axis=1)
+        g_top = g[rows, top]
+        g[rows, top] = 0.0
+        rest = g.sum(axis=1)
+        g[rows, top] = g_top
+        x_excl = total[:, None] - g
+        x_excl[rows, top] = rest
+        zbar -= c * g
+        zbar += s * x_excl
+        qbar = f * qbar
+        qbar += rho * total[:, None]
         if masked:
-            qbar = np.where(live[:, :, None], qbar, 0.0)
-    out = zbar[:, :, 0]
+            qbar = np.where(live, qbar, 0.0)
+    out = zbar
     bad = ~np.isfinite(out).all(axis=-1)
     # rows that overflowed (gaps beyond ~709): v^T J from the log-space Jacobian, one row at a
     # time (O(k n^2) for those rows only)
