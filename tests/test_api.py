@@ -155,6 +155,26 @@ def test_vjp_shape_mismatch() -> None:
         st.vjp([1.0, 2.0, 3.0], 1, [1.0, np.nan, 0.0], "grad")
 
 
+def test_vjp_checks_v_without_copying_it_and_never_writes_to_it() -> None:
+    # the overflowing-sum case of the finite check: every entry finite, the sum is not
+    big = st.vjp([1.0, 2.0, 3.0], 1, [1e308, 1e308, 0.0], "thre-exp")
+    np.testing.assert_allclose(big / 1e308, st.vjp([1.0, 2.0, 3.0], 1, [1.0, 1.0, 0.0], "thre-exp"), rtol=1e-14)
+    with _raises(st.InvalidArgumentError, r"v must be finite"):
+        st.vjp([1.0, 2.0, 3.0], 1, [1.0, np.inf, -np.inf], "grad")  # the sum is NaN, not inf
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_vjp_leaves_v_intact_and_returns_a_new_array(method: str) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 6))
+    for v in (rng.standard_normal((3, 6)), rng.standard_normal((3, 6)).astype(np.float32)):
+        before = v.copy()
+        for tau in (1.0, 0.5):
+            out = st.vjp(x, 2, v, method, tau=tau)
+            np.testing.assert_array_equal(v, before)
+            assert not np.shares_memory(out, v) and out.dtype == np.float64
+
+
 def test_unknown_method_lists_the_valid_names() -> None:
     with pytest.raises(ValueError) as info:
         st.soft_topk([1.0, 2.0], 1, "softmax")

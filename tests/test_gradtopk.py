@@ -366,3 +366,122 @@ def test_fused_vjp_matches_the_separate_passes_and_raises_the_same(method: str) 
     with pytest.raises(NumericalFailureError) as plain:
         st.soft_topk(bad, 2, "grad-recursive", tau=0.01)
     assert str(fused.value) == str(plain.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# grad-recursive: rows certified by the running error bound skip the exact comparison
+
+
+def _check_every_row(z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """``(codes, p, messages)`` of comparing every returned row with ``grad`` (no certification)."""
+    from topk_cli.operators import gradtopk as g
+
+    rec = g._run_recursion(z, k)
+    exact = g._grad_forward(z, k)
+    code = rec.trace.kind.copy()
+    with np.errstate(invalid="ignore"):
+        deviation = np.max(np.abs(rec.p - exact.p), axis=-1)
+    cancel = (code == "ok") & ~(deviation <= CANCELLATION_TOLERANCE)
+    code[cancel] = "cancellation"
+    level = np.where(cancel, rec.min_level, rec.trace.failed_level)
+    value = np.where(cancel, rec.trace.min_argument, rec.trace.argument)
+    entry = np.where(cancel, rec.min_entry, rec.entry)
+    messages = {
+        int(b): g._recursion_message(str(code[b]), int(level[b]), int(entry[b]), float(value[b]), float(deviation[b]))
+        for b in np.flatnonzero(code != "ok")
+    }
+    return code, np.where((code != "ok")[:, None], np.nan, rec.p), messages
+
+
+def test_certified_rows_give_the_same_report_as_checking_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    from topk_cli.operators import gradtopk as g
+
+    checked: list[int] = []
+    exact = g._grad_forward
+
+    def counting(z: np.ndarray, k: int) -> g.Forward:
+        checked.append(z.shape[0])
+        return exact(z, k)
+
+    rng = np.random.default_rng(31)
+    codes: set[str] = set()
+    rows = 0
+    for n, k in ((6, 2), (12, 5), (40, 20), (60, 3), (100, 10), (200, 58)):
+        x = rng.normal(size=(24, n)) * np.logspace(-1, 3, 24)[:, None]
+        x[::5, 0] = x[::5, 1]
+        x[::6] = np.round(x[::6])
+        x[1::4, -1] = -np.inf
+        z = np.where(np.isfinite(x), x - x.max(axis=-1, keepdims=True), -np.inf)
+        want_code, want_p, want_messages = _check_every_row(z, k)
+        monkeypatch.setattr(g, "_grad_forward", counting)
+        got = g._recursive_forward(z, k)
+        monkeypatch.setattr(g, "_grad_forward", exact)
+        np.testing.assert_array_equal(got.code, want_code)
+        np.testing.assert_array_equal(got.p, want_p)
+        assert got.messages == want_messages
+        codes |= set(want_code.tolist())
+        rows += z.shape[0]
+    assert {"ok", "log0", "cancellation"} <= codes  # every path is exercised
+    assert sum(checked) < rows // 2  # the exact program ran on a minority of the rows
+
+
+def test_running_bound_holds_against_the_reference() -> None:
+    """Where the bound is finite it bounds the recursion's error on p (absolute) and on
+    fl(1 - p) (relative), against the independent mpmath reference."""
+    from topk_cli.operators import gradtopk as g
+
+    rng = np.random.default_rng(32)
+    certified = 0
+    for n, k in ((5, 2), (8, 3), (12, 6), (12, 1)):
+        x = rng.normal(size=(10, n)) * np.logspace(-1, 1.5, 10)[:, None]
+        z = x - x.max(axis=-1, keepdims=True)
+        rec = g._run_recursion(z, k)
+        for b in np.flatnonzero(np.isfinite(rec.p_bound) & (rec.trace.kind == "ok")):
+            p_ref, q_ref = (np.array(ref.to_floats(v)) for v in ref.grad_with_complement_esp(list(z[b]), k))
+            assert np.max(np.abs(rec.p[b] - p_ref)) <= rec.p_bound[b]
+            assert np.max(np.abs(rec.q[b] - q_ref) / q_ref) <= rec.q_bound[b]
+            certified += bool(rec.p_bound[b] <= CANCELLATION_TOLERANCE)
+    assert certified >= 20
+
+
+def test_recursive_complement_of_a_saturated_weight_keeps_its_digits() -> None:
+    """fl(1 - p) is used only where it is relatively accurate: not next to p = 1."""
+    for x, tau in (([0.0, 1.0, 2.0], 0.02), ([-15.0, -14.0, 0.0], 1.0)):  # 1 - p = 1e-22, 8e-7
+        res = st.evaluate(x, 1, "grad-recursive", tau=tau)
+        assert res.ok
+        q_top = ref.grad_with_complement_esp(x, 1, tau)[1][2]
+        assert abs(res.complement[2] / float(q_top) - 1) < 1e-12
+    easy = st.evaluate([0.0, 0.3, -0.2, 0.1], 2, "grad-recursive")  # certified: its own fl(1 - p)
+    np.testing.assert_allclose(easy.complement, st.evaluate([0.0, 0.3, -0.2, 0.1], 2, "grad").complement, rtol=1e-13)
+
+
+def test_long_rows_cut_into_blocks_agree_with_the_log_space_program() -> None:
+    """A few long rows run as blocks side by side (products of the blocks' count polynomials):
+    same p, relatively accurate 1 - p, and the same tangent as the independent log-space program."""
+    from topk_cli.operators import _poisson
+    from topk_cli.operators.gradtopk import _logspace_rows, _start_tilt
+
+    rng = np.random.default_rng(33)
+    for rows, n, k, scale in ((1, 1000, 7, 1.0), (2, 700, 30, 4.0)):
+        assert _poisson._block_count(rows, n, k) >= 2  # the blocked path is the one under test
+        z = rng.normal(size=(rows, n)) * scale
+        z[:, ::9] = -np.inf
+        z = z - np.max(z, axis=1, keepdims=True)
+        v = np.where(np.isfinite(z), rng.normal(size=z.shape), 0.0)
+        res = _poisson.marginals(z, k, _start_tilt(z, k), v)
+        lp, lq, ldp = _logspace_rows(z, k, v)
+        assert res.certified.all() and res.dp is not None and ldp is not None
+        assert np.max(np.abs(res.p - lp)) <= 1e-14
+        assert np.max(np.abs(res.q - lq) / lq) <= 1e-12
+        scale_dp = lp * lq * np.abs(v).sum(axis=1, keepdims=True)
+        assert np.max(np.abs(res.dp - ldp) / np.maximum(scale_dp, 1e-300)) <= 1e-13
+    x = rng.normal(size=600)
+    np.testing.assert_allclose(st.soft_topk(x, 5, "grad"), ref.to_floats(ref.grad(list(x), 5)), rtol=0, atol=1e-14)
+
+
+def test_numpy_sums_a_contiguous_last_axis_pairwise() -> None:
+    """The running bound of grad-recursive counts (log2 n + 30) u for a row sum, which holds for
+    numpy's pairwise summation, not for left-to-right addition (1 + u/2 + u/2 + ... stays 1)."""
+    x = np.full((3, 1025), 2.0**-53)
+    x[:, 0] = 1.0
+    assert np.all(x.sum(axis=-1) - 1.0 >= 1000 * 2.0**-53)  # left to right would give 0

@@ -358,22 +358,28 @@ def vjp(
     v_arr = _as_real_array(v, "v")
     if v_arr.shape != prep.shape:
         raise InvalidArgumentError(f"v must have the shape of x {prep.shape}, got {v_arr.shape}")
-    v2 = v_arr.astype(np.float64).reshape(prep.z.shape)
-    if not np.isfinite(v2).all():
-        raise InvalidArgumentError("v must be finite (no NaN or inf)")
+    # Read only (no copy when v is already float64): the operators never write to v.
+    v2 = np.asarray(v_arr, dtype=np.float64).reshape(prep.z.shape)
+    # As for x: a finite sum proves every entry finite; only a NaN, an inf or an overflowing
+    # sum takes the entrywise check.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if not np.isfinite(np.sum(v2)) and not np.isfinite(v2).all():
+            raise InvalidArgumentError("v must be finite (no NaN or inf)")
     if prep.z.shape[0] == 0:  # an empty batch has an empty product, whatever the method
         return np.zeros(prep.shape, dtype=prep.out_dtype)
     fused = prep.impl.forward_vjp
-    if fused is not None and not prep.params:  # one pass for both (parameters are not bound to it)
-        with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):
+        if fused is not None and not prep.params:  # one pass for both (parameters are not bound to it)
             fwd, out = fused(prep.z, prep.k, v2)
-        _checked_forward(prep, fwd)
-        out = out / prep.tau
-    else:
-        fwd = _checked_forward(prep)
-        with np.errstate(all="ignore"):
-            out = prep.impl.vjp(fwd, prep.z, prep.k, v2) / prep.tau
-    return out.reshape(prep.shape).astype(prep.out_dtype)
+            _checked_forward(prep, fwd)
+        else:
+            out = prep.impl.vjp(_checked_forward(prep), prep.z, prep.k, v2)
+        if prep.tau != 1.0:
+            out = out / prep.tau
+    out = out.reshape(prep.shape)
+    if out.dtype != prep.out_dtype or np.may_share_memory(out, v_arr):
+        out = out.astype(prep.out_dtype)  # a new array, never a view of the caller's v (x never reaches an operator)
+    return out
 
 
 def trace_grad_recursive(x: ArrayLike, k: int, *, tau: float = 1.0) -> RecursionTrace:

@@ -43,6 +43,14 @@ MIN_PK = 1e-10
 #: Floats in the working tables of one chunk of rows (64 MiB).
 BUDGET = 1 << 23
 
+#: Elements of a sweep step (``(k + 1) * rows``) below which numpy's per-call overhead dominates
+#: it: such narrow batches of at most 8 rows (one long vector) are cut into blocks that the
+#: sweeps run side by side.
+NARROW = 1 << 11
+
+#: Elements per sweep step aimed at when cutting rows into blocks.
+WIDE = 1 << 16
+
 #: Entries of the backward sweep whose states are kept and combined with the forward ones in
 #: one vectorised operation (fewer, larger numpy calls; at most ``BUDGET / 16`` floats).
 SEGMENT = 64
@@ -135,6 +143,9 @@ def marginals(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None = No
     tangent ``dp`` along ``v`` (= ``J v``, the VJP: the Jacobian is symmetric).
     """
     rows, n = z.shape
+    blocks = _block_count(rows, n, k)
+    if blocks >= 2:
+        return _blocked(z, k, lam0, v, blocks)
     tables = 1 if v is None else 2
     chunk, interval = _layout(rows, n, k, tables)
     p = np.empty((rows, n))
@@ -151,10 +162,24 @@ def marginals(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None = No
 
 
 def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interval: int) -> Marginals:
-    rows, n = z.shape
     pi, qi = _tilt(z, k, lam0)
     pit, qit = np.ascontiguousarray(pi.T), np.ascontiguousarray(qi.T)  # (n, R): one entry per step
     dpit = None if v is None else np.ascontiguousarray((pi * qi * v).T)
+    nh, mh, dnh, dmh = _sweeps(pit, qit, dpit, k, interval)
+    return _finish(z, pit, qit, dpit, nh, mh, dnh, dmh)
+
+
+#: Initial states of the sweeps: ``(alpha, d alpha, beta, d beta)`` before the first entry and
+#: after the last one, ``(k + 1, R)`` each; None: nothing drawn (``e_0``) with zero tangent.
+_Starts = tuple[FloatArray, FloatArray | None, FloatArray, FloatArray | None]
+
+
+def _sweeps(pit: FloatArray, qit: FloatArray, dpit: FloatArray | None, k: int, interval: int,
+            starts: _Starts | None = None) -> tuple[FloatArray, FloatArray, FloatArray | None, FloatArray | None]:
+    """The forward and backward sweeps over entries (``(n, R)`` inputs): the numerators
+    ``(nh, mh)`` of ``p_t`` and ``1 - p_t`` (before the factors ``pi_t``, ``1 - pi_t``) and
+    their tangents, ``(n, R)`` each."""
+    n, rows = pit.shape
     width = k + 1
     buf = np.empty((k, rows))
     blocks = (n + interval - 1) // interval
@@ -168,6 +193,15 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
     a = np.zeros((width, rows))
     a[0] = 1.0
     da = np.zeros((width, rows))
+    b = np.zeros((width, rows))  # beta after the current segment's last entry
+    b[0] = 1.0
+    db = np.zeros((width, rows))
+    if starts is not None:
+        a[:], b[:] = starts[0], starts[2]
+        if starts[1] is not None:
+            da[:] = starts[1]
+        if starts[3] is not None:
+            db[:] = starts[3]
     nxt, dnxt = np.empty_like(a), np.empty_like(a)
     if full:  # every state is kept: step from table row to table row, no copies
         table[0] = a
@@ -197,9 +231,6 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
     seg = max(1, min(SEGMENT, BUDGET // (16 * width * rows)))
     bseg = np.empty((seg, width, rows))
     dbseg = None if dpit is None else np.empty_like(bseg)
-    b = np.zeros((width, rows))  # beta before the current segment's last entry
-    b[0] = 1.0
-    db = np.zeros((width, rows))
     for blk in range(blocks - 1, -1, -1):
         start, stop = blk * interval, min(n, (blk + 1) * interval)
         base = 0 if full else start
@@ -237,6 +268,12 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
                 dnh[t0:top] += np.einsum("tjr,tjr->tr", at[:, :k], dbs[:, k - 1 :: -1])
                 dmh[t0:top] = np.einsum("tjr,tjr->tr", dat, bs[:, ::-1])
                 dmh[t0:top] += np.einsum("tjr,tjr->tr", at, dbs[:, ::-1])
+    return nh, mh, dnh, dmh
+
+
+def _finish(z: FloatArray, pit: FloatArray, qit: FloatArray, dpit: FloatArray | None, nh: FloatArray,
+            mh: FloatArray, dnh: FloatArray | None, dmh: FloatArray | None) -> Marginals:
+    """``p``, ``1 - p``, the tangent and the certificate from the sweeps' numerators."""
     num = pit * nh  # (n, R)
     den = np.multiply(qit, mh, out=mh if dpit is None else None)  # mh is still needed for dp
     total = num + den  # = P(k) for every t, up to rounding
@@ -257,3 +294,87 @@ def _chunk(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, interv
     if dpt is not None:
         ok &= np.isfinite(dpt).all(axis=0)
     return Marginals(p=pt.T, q=qt.T, dp=None if dpt is None else dpt.T, certified=ok)
+
+
+def _block_count(rows: int, n: int, k: int) -> int:
+    """Blocks per row for :func:`_blocked` (< 2: run the rows as they are).
+
+    Enough blocks for ``WIDE`` elements per step, at most ``3 n / (k + 1)`` so that the
+    ``O(k^2)`` products between blocks stay below a quarter of the sweeps' ``12 n (k + 1)``, and
+    at most ``sqrt(n)``, which balances the numpy calls of the products (one per block) against
+    those of the sweeps (one per entry of a block); measured fastest against 2 and 4 ``sqrt(n)``."""
+    width = k + 1
+    if rows * width >= NARROW or rows > 8 or n < 512:  # the products run row by row
+        return 1
+    return min(-(-WIDE // (rows * width)), 3 * n // width, math.isqrt(n))
+
+
+def _blocked(z: FloatArray, k: int, lam0: FloatArray, v: FloatArray | None, blocks: int) -> Marginals:
+    """:func:`marginals` of a few long rows, each cut into ``blocks`` blocks of consecutive entries.
+
+    The count distribution of a set of independent draws is the product of the generating
+    polynomials ``(1 - pi_i) + pi_i x`` (truncated at degree k, which commutes with the product).
+    One sweep gives each block's polynomial; their products before and after every block (sums
+    of positive terms, so no cancellation) are the sweeps' start states, and the blocks then run
+    side by side as if they were rows. The tangent follows the product rule. Same accuracy as
+    the row-by-row sweeps, with about ``blocks`` times fewer numpy calls.
+    """
+    rows, n = z.shape
+    width = k + 1
+    pi, qi = _tilt(z, k, lam0)
+    dpi = None if v is None else pi * qi * v
+    size = -(-n // blocks)
+    blocks = -(-n // size)
+    cols = rows * blocks
+
+    def cut(a: FloatArray, fill: float) -> FloatArray:
+        """(R, n) -> (size, R * blocks): entry l of block b of row r at [l, r * blocks + b]."""
+        out = np.full((rows, blocks * size), fill)
+        out[:, :n] = a
+        return np.ascontiguousarray(out.reshape(cols, size).T)
+
+    pit, qit = cut(pi, 0.0), cut(qi, 1.0)  # padding: drawn with probability 0 (no effect)
+    dpit = None if dpi is None else cut(dpi, 0.0)
+    # each block's polynomial (and its tangent) from nothing drawn
+    poly, nxt = np.zeros((width, cols)), np.empty((width, cols))
+    poly[0] = 1.0
+    dpoly, dnxt = np.zeros((width, cols)), np.empty((width, cols))
+    buf = np.empty((k, cols))
+    for i in range(size):
+        if dpit is not None:
+            _tangent_step(poly, dpoly, pit[i], qit[i], dpit[i], dnxt, buf)
+            dpoly, dnxt = dnxt, dpoly
+        _step(poly, pit[i], qit[i], nxt, buf)
+        poly, nxt = nxt, poly
+    pre, suf = np.zeros((width, cols)), np.zeros((width, cols))
+    dpre, dsuf = np.zeros((width, cols)), np.zeros((width, cols))
+
+    def times(f: FloatArray, df: FloatArray, g: FloatArray, dg: FloatArray) -> tuple[FloatArray, FloatArray]:
+        prod = np.convolve(f, g)[:width]
+        if dpit is None:
+            return prod, df
+        return prod, np.convolve(df, g)[:width] + np.convolve(f, dg)[:width]
+
+    for r in range(rows):
+        first, last = r * blocks, (r + 1) * blocks - 1
+        pre[0, first] = suf[0, last] = 1.0
+        for c in range(first, last):
+            pre[:, c + 1], dpre[:, c + 1] = times(pre[:, c], dpre[:, c], poly[:, c], dpoly[:, c])
+        for c in range(last, first, -1):
+            suf[:, c - 1], dsuf[:, c - 1] = times(poly[:, c], dpoly[:, c], suf[:, c], dsuf[:, c])
+    chunk, interval = _layout(cols, size, k, 1 if dpit is None else 2)
+    parts = []
+    for c0 in range(0, cols, chunk):
+        sl = slice(c0, c0 + chunk)
+        starts = (pre[:, sl], None if dpit is None else dpre[:, sl], suf[:, sl], None if dpit is None else dsuf[:, sl])
+        parts.append(_sweeps(pit[:, sl], qit[:, sl], None if dpit is None else dpit[:, sl], k, interval, starts))
+
+    def join(i: int) -> FloatArray:
+        """The sweeps' output ``i`` back in the layout (n, R)."""
+        whole = np.concatenate([part[i] for part in parts], axis=1)
+        return np.ascontiguousarray(whole.T.reshape(rows, blocks * size)[:, :n].T)
+
+    nh, mh = join(0), join(1)
+    dnh, dmh = (None, None) if dpit is None else (join(2), join(3))
+    return _finish(z, np.ascontiguousarray(pi.T), np.ascontiguousarray(qi.T),
+                   None if dpi is None else np.ascontiguousarray(dpi.T), nh, mh, dnh, dmh)

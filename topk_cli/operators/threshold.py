@@ -31,6 +31,7 @@ Jacobian (implicit function theorem): ``dp/dz = diag(d) - d d^T / sum(d)`` with
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -152,12 +153,18 @@ def _g_laplace(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, j: n
 
     ``X = sum_{i <= j} e^{s_j - s_i}`` and ``Y = sum_{i > j} e^{s_i - s_j}``.
     """
-    x = np.exp(_log_above(top, j + 1))
+    return _g_laplace_from(top, s_last, t0, j, _log_above(top, j + 1), _log_below(top, s_last, t0, j + 1))
+
+
+def _g_laplace_from(top: FloatArray, s_last: FloatArray, t0: FloatArray, j: np.ndarray, la: FloatArray,
+                    lb: FloatArray) -> FloatArray:
+    """:func:`_g_laplace` given ``la = _log_above(top, j + 1)`` and ``lb = _log_below(top, .., j + 1)``."""
+    x = np.exp(la)
     s_j = _take(top, j)
     s_next = _take(top, np.minimum(j + 1, top.shape[1] - 1))
     with np.errstate(under="ignore", invalid="ignore"):  # far entries below contribute 0
         gap = np.where((j + 1 < top.shape[1]) & np.isfinite(s_next), s_next - s_j, -np.inf)
-        y = np.exp(gap + _log_below(top, s_last, t0, j + 1))
+        y = np.exp(gap + lb)
     y = np.where((j + 1 < top.shape[1]) | (t0 == 0), y, t0 * np.exp(s_last - s_j))
     return (j + 1) - 0.5 * x + 0.5 * y
 
@@ -166,14 +173,17 @@ GFn = Callable[[FloatArray, FloatArray, FloatArray, int, np.ndarray], FloatArray
 
 
 def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, upper: np.ndarray,
-            guess: np.ndarray, g: GFn) -> np.ndarray:
+            guess: np.ndarray, g: GFn, g_left: FloatArray | None = None) -> np.ndarray:
     """``m = #{j < upper : G(s_j) < k}`` per row (``G(s_j)`` increases with ``j``).
 
-    The log-space ``guess`` is verified with two accurate evaluations of ``G``; rows where it
-    is wrong fall back to a vectorised binary search (``log2(upper)`` accurate evaluations).
+    The log-space ``guess`` (within ``[0, upper]``) is verified with two accurate evaluations of
+    ``G``, the first of which, ``G(s_{max(guess - 1, 0)})``, may be given as ``g_left``; rows
+    where it is wrong fall back to a vectorised binary search (``log2(upper)`` evaluations).
     """
     guess = np.clip(guess, 0, upper)
-    left_ok = (guess == 0) | (g(top, s_last, t0, k, np.maximum(guess - 1, 0)) < k)
+    if g_left is None:
+        g_left = g(top, s_last, t0, k, np.maximum(guess - 1, 0))
+    left_ok = (guess == 0) | (g_left < k)
     right_ok = (guess == upper) | (g(top, s_last, t0, k, np.minimum(guess, upper - 1)) >= k)
     lo = np.where(left_ok, np.where(right_ok, guess, guess + 1), 0)
     hi = np.where(left_ok, np.where(right_ok, guess, upper), guess - 1)
@@ -249,20 +259,21 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
 # thre-laplace
 
 
-def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int,
-                    m: np.ndarray) -> tuple[FloatArray, FloatArray]:
+def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, m: np.ndarray,
+                    logs: tuple[FloatArray, FloatArray] | None = None) -> tuple[FloatArray, FloatArray]:
     """``(ref, delta)`` of branch ``m`` (``m`` entries above lambda), accurately.
 
     With ``A = sum_{i<=m} e^{-s_i}``, ``C = sum_{i>m} e^{s_i}``, ``K = k - m`` and
     ``u = e^lambda``: ``A u^2 + 2 K u - C = 0``. The root is taken in the form without
     cancellation: ``u = C / (K + sqrt(K^2 + AC))`` for ``K > 0``, ``u = (|K| + sqrt(K^2 + AC)) / A``
     for ``K < 0`` and ``u = sqrt(C / A)`` for ``K = 0``, all relative to ``s_m`` or ``s_{m+1}``.
+    ``logs``: ``(_log_above(top, m), _log_below(top, s_last, t0, m))`` if already known.
     """
     m_hi = np.maximum(m - 1, 0)
     s_hi = _take(top, m_hi)  # s_m (1-based), the smallest entry above
     s_lo = _take(top, np.minimum(m, top.shape[1] - 1))  # s_{m+1}, the largest entry below
-    la = _log_above(top, m)  # log(A e^{s_m})
-    lc = _log_below(top, s_last, t0, m)  # log(C e^{-s_{m+1}})
+    # log(A e^{s_m}) and log(C e^{-s_{m+1}})
+    la, lc = logs if logs is not None else (_log_above(top, m), _log_below(top, s_last, t0, m))
     with np.errstate(invalid="ignore"):  # -inf - -inf only in branches without entries above/below
         gap = np.where((m > 0) & np.isfinite(s_lo) & (m < top.shape[1]), s_lo - s_hi, -np.inf)
         log_ac = np.where(np.isfinite(la) & np.isfinite(lc), gap + la + lc, -np.inf)  # <= log(m n)
@@ -340,14 +351,32 @@ def _laplace_guess_linear(top: FloatArray, s_last: FloatArray, t0: FloatArray) -
         return g
 
 
-def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
-    """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
+class LaplaceStart(NamedTuple):
+    """The Laplace threshold ``lambda = ref + delta`` and the partial sort it came from.
+
+    ``top`` holds the ``min(n, 2k)`` largest entries of each row sorted descending, ``s_last``
+    its last column; ``tail_exp`` the other entries as ``e^{z - shift}`` (``shift = s_last``,
+    0 where ``s_last = -inf``; masked or underflowed entries give 0, any column order) and
+    ``t0`` its row sums; ``saturated`` the rows with exactly ``k`` finite entries.
+    """
+
+    ref: FloatArray
+    delta: FloatArray
+    saturated: np.ndarray
+    top: FloatArray
+    s_last: FloatArray
+    tail_exp: FloatArray
+    t0: FloatArray
+
+
+def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
+    """The Laplace threshold of ``z`` with the partial sort and tail mass it used."""
     n = z.shape[1]
     size = min(n, 2 * k)
     top, tail = _split_top(z, size)
     sat_rows = _saturated_from_top(top, k)
     n_fin = np.isfinite(top).sum(axis=1)  # min(#finite, size): what ``upper`` needs
-    s_last, t0 = _tail_mass(top, tail)
+    s_last, t0 = _tail_mass(top, tail)  # ``tail`` now holds e^{z - shift}
     # A guess of G(s_j) from prefix sums (``_branch`` verifies it, so it only has to be close).
     # Rows whose kept entries all lie within 600 of the row maximum 0 take linear space (no
     # overflow: e^{-s_i} <= e^600), the others log space.
@@ -356,12 +385,29 @@ def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, n
     if far.any():
         g_guess[far] = _laplace_guess_log(top[far], s_last[far], t0[far])
     upper = np.minimum(n_fin, size)
-    guess = np.sum((g_guess < k) & np.isfinite(top), axis=1)
-    m = _branch(top, s_last, t0, k, upper, guess, _g_laplace)
-    ref, delta = _laplace_branch(top, s_last, t0, k, m)
+    guess = np.clip(np.sum((g_guess < k) & np.isfinite(top), axis=1), 0, upper)
+    # The branch check's first evaluation, G(s_{j}) with j = max(guess - 1, 0), needs the two
+    # log-sums at j + 1; where the check confirms m = j + 1 (the usual case), the closed form
+    # below reuses them (the same values, so the same bits as evaluating them again).
+    j_left = np.maximum(guess - 1, 0)
+    la = _log_above(top, j_left + 1)
+    lc = _log_below(top, s_last, t0, j_left + 1)
+    g_left = _g_laplace_from(top, s_last, t0, j_left, la, lc)
+    m = _branch(top, s_last, t0, k, upper, guess, _g_laplace, g_left)
+    redo = np.flatnonzero(m != j_left + 1)
+    if redo.size:
+        la[redo] = _log_above(top[redo], m[redo])
+        lc[redo] = _log_below(top[redo], s_last[redo], t0[redo], m[redo])
+    ref, delta = _laplace_branch(top, s_last, t0, k, m, (la, lc))
     ref = np.where(sat_rows, 0.0, ref)
     delta = np.where(sat_rows, 0.0, delta)
-    return ref, delta, sat_rows
+    return LaplaceStart(ref, delta, sat_rows, top, s_last, tail, t0)
+
+
+def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
+    start = _laplace_start(z, k)
+    return start.ref, start.delta, start.saturated
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,16 +437,21 @@ def threshold_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 
 
 def threshold_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
-    """``v^T dp/dz = v * d - d (d . v) / sum d`` in O(n) per row, shape ``(B, n)``.
+    """``v^T dp/dz = d * (v - (d . v) / sum d)`` in O(n) per row, shape ``(B, n)``.
 
     >>> fwd = thre_exp_forward(np.array([[0.0, 0.0]]), 1)
     >>> threshold_vjp(fwd, np.array([[0.0, 0.0]]), 1, np.array([[1.0, 0.0]]))
     array([[ 0.25, -0.25]])
     """
     d = fwd.aux["d"]
-    total = d.sum(axis=1, keepdims=True)
-    w = np.divide(d, total, out=np.zeros_like(d), where=total > 0)
-    return v * d - d * (w * v).sum(axis=1, keepdims=True)
+    total = d.sum(axis=1)
+    dv = np.multiply(d, v)
+    mean = np.divide(dv.sum(axis=1), total, out=np.zeros_like(total), where=total > 0)
+    # d * (v - mean), mean = (d . v) / sum d: five passes over the batch, no cancellation
+    # beyond that of v - mean itself
+    out = np.subtract(v, mean[:, None], out=dv)
+    out *= d
+    return out
 
 
 THRE_EXP = Implementation(

@@ -11,7 +11,7 @@ import numpy as np
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 from topk_cli.operators.threshold import (
     _fill_saturated,
-    _laplace_threshold,
+    _laplace_start,
     _select,
     threshold_jacobian,
     threshold_vjp,
@@ -38,22 +38,11 @@ def _sigmoid_parts(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     return _select(pos, r, small), _select(pos, small, r), d
 
 
-def _sigmoid_from_a(a: FloatArray, u: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """``(a / (a + u), u / (a + u), their product)``; overwrites ``a``."""
-    den = np.add(a, u)
-    np.reciprocal(den, out=den)
-    p = np.multiply(a, den, out=a)
-    q = np.multiply(den, u, out=den)
-    return p, q, p * q
-
-
-def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray, delta: FloatArray,
-                      delta0: FloatArray, direct: np.ndarray, rows: np.ndarray,
-                      k: int) -> tuple[FloatArray, FloatArray]:
-    """``(sum p - k, sum p q)`` of ``rows`` at ``delta`` (see :func:`thre_sigmoid_forward`).
-
-    Entries whose ``a`` was clipped (``q < e^-699``) count with ``q = 0``, as an underflowed
-    ``e^{-t}`` would.
+def _sigmoid_residual(a: FloatArray, zr: FloatArray, delta: FloatArray, delta0: FloatArray,
+                      direct: np.ndarray, rows: np.ndarray, k: int) -> tuple[FloatArray, FloatArray]:
+    """``(sum p - k, sum p q)`` over the top ``2k`` of ``rows`` at ``delta`` (see
+    :func:`thre_sigmoid_forward`): ``a = e^{zr - delta0}`` on rows not ``direct``, ``zr - delta``
+    on direct ones.
 
     The residual ``(#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q`` adds only terms below 1/2,
     so it does not cancel when many ``p`` are close to 1.
@@ -69,8 +58,6 @@ def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray,
         w = np.minimum(a_sel, u)
         den = np.add(a_sel, u)
         np.divide(w, den, out=w)
-        if clipped is not None:
-            w[clipped if sel.size == a.shape[0] else clipped[sel]] = 0.0
         up = a_sel >= u
         total = w.sum(axis=1)
         w_up = np.multiply(w, up, out=den).sum(axis=1)
@@ -88,6 +75,47 @@ def _sigmoid_residual(a: FloatArray, clipped: np.ndarray | None, zr: FloatArray,
     return resid, slope
 
 
+def _tail_sums(y: FloatArray, gap: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sum w, sum w^2)`` per row of ``w = y / (y + e^gap)`` (``y >= 0``).
+
+    Rows with ``gap > 700`` (``e^gap`` near overflow) take ``w = m / (1 + m)``, ``m = y e^-gap``.
+    """
+    big = gap > 700.0
+    with np.errstate(under="ignore"):
+        if not big.any():
+            w = np.add(y, np.exp(gap)[:, None])
+            np.divide(y, w, out=w)
+        else:
+            w = np.multiply(y, np.exp(-gap)[:, None])
+            w /= w + 1.0
+            rows = np.flatnonzero(~big)
+            if rows.size:
+                w_small = np.add(y[rows], np.exp(gap[rows])[:, None])
+                np.divide(y[rows], w_small, out=w_small)
+                w[rows] = w_small
+    return w.sum(axis=1), np.einsum("ij,ij->i", w, w)
+
+
+#: Newton steps on the tail model before the exact solve (the model root is reached in 3-5).
+MODEL_MAX_ITER = 6
+
+
+def _tail_model(y: FloatArray, t0: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``(w0, w1, y1)``: ``sum_i y_i / (y_i + v) ~ w0 / v + w1 / (y1 + v)`` for every ``v > 0``.
+
+    The two-node Gauss-Radau rule (one node fixed at 0) for the measure with mass ``y_i`` at
+    ``y_i``: it matches ``T0 = sum y``, ``T1 = sum y^2``, ``T2 = sum y^3``, so the error is of
+    order ``(y / v)^3`` relative. ``w0 = T0 - T1^2 / T2 >= 0`` (Cauchy-Schwarz), ``y1 = T2 / T1``.
+    """
+    y2 = np.multiply(y, y)
+    t1 = y2.sum(axis=1)
+    t2 = np.einsum("ij,ij->i", y2, y)
+    ok = t2 > 0
+    w1 = np.where(ok, t1 * t1 / np.where(ok, t2, 1.0), 0.0)
+    y1 = np.where(ok, t2 / np.where(t1 > 0, t1, 1.0), 1.0)
+    return np.maximum(t0 - w1, 0.0), w1, y1
+
+
 def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     """``p = sigmoid(z - lambda)`` with ``sum p = k``, lambda by safeguarded Newton (LML).
 
@@ -101,8 +129,16 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     does not cancel when many ``p`` are close to 1. Iteration stops after taking a step
     below ``8 eps (1 + |delta|)`` (or at a zero residual, or a bracket of width 0), so
     ``delta`` is accurate to a few ulps, ``p`` to a few ulps relatively, and ``|sum p - k|`` is a
-    few ulps of ``k``. Typical: 3-6 Newton steps; cap :data:`SIGMOID_MAX_ITER`. Cost: one
-    ``exp`` pass before the solve, divisions per step, one ``exp`` pass for the weights.
+    few ulps of ``k``. The iteration starts at the root of a cheap model (the top ``2k`` exactly,
+    the others by a Gauss-Radau rule, :func:`_tail_model`), which only moves the first iterate
+    inside the bracket. Typical: 1-2 exact evaluations; cap :data:`SIGMOID_MAX_ITER`.
+
+    Cost: the Laplace start (a partial sort of the top ``2k`` and one ``exp`` pass over the
+    others, ``y = e^{z - s_2k}``), a few divisions per entry and step, one ``exp`` pass for the
+    weights. The root is at or above the ``2k``-th largest entry ``s_2k`` (below it the top
+    ``2k`` alone would sum to more than ``k``), so every entry outside the top ``2k`` has
+    ``t <= 1/2`` on the bracket and takes ``p = y / (y + e^{lambda - s_2k})`` from the Laplace
+    start's own ``exp`` pass: one addition, one division and two sums per step.
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = sigmoid(lambda - z) (B, n)``;
     ``aux["lambda"], aux["d"], aux["iterations"]`` (per row).
@@ -111,39 +147,81 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     array([[0.7426, 0.7426, 0.5148]])
     """
     b = z.shape[0]
-    ref, delta0, sat_rows = _laplace_threshold(z, k)
-    ref = np.where(np.isfinite(ref), ref, 0.0)
-    delta0 = np.where(np.isfinite(delta0), delta0, 0.0)
+    start = _laplace_start(z, k)
+    sat_rows = start.saturated
+    ref = np.where(np.isfinite(start.ref), start.ref, 0.0)
+    delta0 = np.where(np.isfinite(start.delta), start.delta, 0.0)
     half_width = _LOG2 + 0.01 + 1e-12 * np.abs(delta0)
     lo, hi = delta0 - half_width, delta0 + half_width
     delta = delta0.copy()
-    zr = z - ref[:, None]  # exact for entries within a factor 2 of ref (Sterbenz)
-    # One exp pass for the whole solve: with a_i = e^{zr_i - delta0} and u = e^{delta - delta0}
-    # (in [0.49, 2.04] on the bracket), sigmoid(zr_i - delta) = a_i / (a_i + u) and its
-    # complement u / (a_i + u): each Newton step costs divisions, not exponentials. Entries with
-    # |zr_i - delta0| > 700 contribute 0 to the residual (q, resp. p, is below e^-699 on the
-    # whole bracket, as if e^{-|t|} had underflowed). Rows whose bracket is wider than the
-    # clip allows (|delta0| > 1e11, spreads beyond float64's relative resolution) are evaluated
-    # directly from zr - delta.
-    direct = half_width > 1.0
-    with np.errstate(under="ignore"):
+    top, y = start.top, start.tail_exp
+    has_tail = y.shape[1] > 0
+    # The entries outside the top 2k: y = e^{z - shift} with shift = s_2k (0 for rows whose
+    # top holds masked entries: then y = 0 and v = 1 below gives w = 0).
+    tail_rows = np.isfinite(start.s_last)
+    shift = np.where(tail_rows, start.s_last, 0.0)
+    gap = ref - shift
+    if has_tail:
+        # lambda >= s_2k: a bracket end half a unit below keeps every tail term w <= 0.63
+        with np.errstate(invalid="ignore"):
+            lo = np.where(tail_rows, np.maximum(lo, -gap - 0.5), lo)
+    zr = top - ref[:, None]  # exact for entries within a factor 2 of ref (Sterbenz)
+    # One exp pass over the top 2k for the whole solve: with a_i = e^{zr_i - delta0} and
+    # u = e^{delta - delta0} (in [0.49, 2.04] on the bracket), sigmoid(zr_i - delta) = a_i / (a_i + u)
+    # and its complement u / (a_i + u): each Newton step costs divisions, not exponentials.
+    # Every term is evaluated to full precision (down to underflow), in the top and in the tail
+    # alike, so the residual stays consistent when every term is as small as e^-700. Rows
+    # where a top entry lies more than 700 above lambda_F (a_i would overflow) and rows whose
+    # bracket is wide (|delta0| > 1e11, spreads beyond float64's relative resolution) take
+    # sigmoid(zr - delta) from e^{-|t|} at each step, on their top 2k only.
+    #
+    # Rows where every term is below e^-700 at lambda_F (|z_i - lambda_F| > 700 for every
+    # entry) keep lambda_F: there the sigmoid's equation sum_{t<0} e^t (1 + O(e^t)) =
+    # sum_{t>0} e^-t (1 + O(e^-t)) is the Laplace one up to a relative e^-700, and its terms
+    # would be subnormal numbers.
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         a = np.subtract(zr, delta0[:, None])
-        # the masks are only built when a row reaches beyond +-700 (two cheap reductions tell)
-        over_rows = np.max(a, axis=1) > 700.0
-        clipped: np.ndarray | None = None
-        if over_rows.any():
-            clipped = a > 700.0
-            np.minimum(a, 700.0, out=a)
-        under_rows = np.min(a, axis=1) < -700.0
-        if under_rows.any():
-            np.putmask(a, a < -700.0, -np.inf)  # symmetric: p < e^-699 counts as 0, like q above
-        np.exp(a, out=a)
-    iters = np.zeros(b)
-    active = np.flatnonzero(~sat_rows)
+        direct = (half_width > 1.0) | (np.max(a, axis=1) > 700.0)
+        all_far = (np.min(np.abs(a), axis=1) > 700.0) & ~sat_rows
+        np.exp(a, out=a)  # inf only on direct rows, which do not read it
+    if all_far.any() and has_tail:
+        rows = np.flatnonzero(all_far & tail_rows)  # the tail's terms are y_i e^{-(lambda_F - s_2k)}
+        with np.errstate(under="ignore", over="ignore"):
+            all_far[rows] = np.max(y[rows], axis=1) < np.exp(gap[rows] + delta0[rows] - 700.0)
+    active = np.flatnonzero(~(sat_rows | all_far))
+    if has_tail:
+        # A start near the root: Newton on the exact top 2k plus a model of the tail built from
+        # three more sums over it. Its root is typically 1e-4 or closer to the true one, so the
+        # exact solve below needs 2-3 evaluations instead of 5-6. The model only moves the
+        # start within the bracket; the exact solve and its stopping rule are unchanged.
+        w0, w1, y1 = _tail_model(y, start.t0)
+        rows = active
+        for _ in range(MODEL_MAX_ITER):
+            if rows.size == 0:
+                break
+            resid, slope = _sigmoid_residual(a, zr, delta, delta0, direct, rows, k)
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # v = inf: 0
+                v = np.where(tail_rows[rows], np.exp(gap[rows] + delta[rows]), 1.0)
+                w_far = w1[rows] / (y1[rows] + v)
+                resid += w0[rows] / v + w_far
+                slope += w0[rows] / v + w_far / (1.0 + y1[rows] / v)
+                step = resid / slope
+            cur = delta[rows]
+            new = cur + step
+            inside = np.isfinite(new) & (new > lo[rows]) & (new < hi[rows])
+            delta[rows] = np.where(inside, new, cur)
+            rows = rows[inside & (np.abs(step) > 1e-4 * (1.0 + np.abs(cur)))]  # then ~1e-8 from its root
+    iters = np.where(all_far, 1.0, 0.0)  # a zero residual at the start counts as one evaluation
     for it in range(1, SIGMOID_MAX_ITER + 1):
         if active.size == 0:
             break
-        resid, slope = _sigmoid_residual(a, clipped, zr, delta, delta0, direct, active, k)
+        resid, slope = _sigmoid_residual(a, zr, delta, delta0, direct, active, k)
+        if has_tail:
+            # rows without tail (y = 0) take e^0 = 1
+            s1, s2 = _tail_sums(y if active.size == b else y[active],
+                                np.where(tail_rows[active], gap[active] + delta[active], 0.0))
+            resid += s1
+            slope += s1 - s2  # p q = w (1 - w)
         iters[active] = it
         lo[active] = np.where(resid > 0, delta[active], lo[active])
         hi[active] = np.where(resid < 0, delta[active], hi[active])
@@ -163,21 +241,24 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         done = (resid == 0) | small | (new == cur) | (hi[active] - lo[active] <= tol)
         delta[active] = np.where(done & ~small, cur, new)
         active = active[~done]
-    # The weights at the solution. Rows whose every entry kept its exact a_i (no clipping, not
-    # direct) reuse it: p = a / (a + u), q = u / (a + u) with u = e^{delta - delta0}, the same
-    # rounding as sigmoid(zr - delta) up to the |delta - delta0| <= 0.7 moved into u. Other rows
-    # take t = zr - delta directly. The choice is made per row, so a row's weights do not
-    # depend on the other rows of its batch.
-    exact_a = ~(direct | over_rows | under_rows)
-    u = np.exp(delta - delta0)[:, None]
-    if exact_a.all():
-        p, q, d = _sigmoid_from_a(a, u)
-    else:
-        p, q, d = np.empty_like(a), np.empty_like(a), np.empty_like(a)
-        rows_a, rows_t = np.flatnonzero(exact_a), np.flatnonzero(~exact_a)
-        p[rows_a], q[rows_a], d[rows_a] = _sigmoid_from_a(a[rows_a], u[rows_a])
-        t = zr[rows_t] - delta[rows_t, None]  # t = zr - delta at the solution, elementwise
-        p[rows_t], q[rows_t], d[rows_t] = _sigmoid_parts(t)
+    # The weights at the solution from t = (z - ref) - delta: a = e^t, q = 1 / (1 + a),
+    # p = a q (relative accuracy of a few ulps for both). Rows where some t exceeds 700 (a would
+    # overflow) take sigmoid(t) from e^{-|t|}. The choice is made per row, so a row's weights do
+    # not depend on the other rows of its batch.
+    del start, y  # the partitioned copy of z is no longer needed: free it before three new arrays
+    t = np.subtract(z, ref[:, None])
+    t -= delta[:, None]
+    wide = np.flatnonzero(-ref - delta > 700.0)  # t of the row maximum (0) is -ref - delta
+    if wide.size:
+        p_w, q_w, d_w = _sigmoid_parts(t[wide])
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):  # wide rows are replaced
+        np.exp(t, out=t)
+        q = np.add(t, 1.0)
+        np.reciprocal(q, out=q)
+        p = np.multiply(t, q, out=t)
+        d = p * q
+    if wide.size:
+        p[wide], q[wide], d[wide] = p_w, q_w, d_w
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters})
