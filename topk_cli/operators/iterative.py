@@ -4,12 +4,11 @@ accurate, and the running error estimate of :mod:`~topk_cli.operators._logsigned
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.typing import NDArray
 
-from topk_cli.operators._base import FloatArray, Forward, Implementation, _combine_rows
+from topk_cli.operators._base import OK, FloatArray, Forward, Implementation, _combine_rows
+from topk_cli.operators._iterative_fast import _FAST_BLOCK, _it_fast, _it_fast_block
 from topk_cli.operators._logsigned import (
     _NEG_INF,
     _UNIT,
@@ -36,20 +35,75 @@ def iterative_topk(z: FloatArray, k: int) -> Forward:
     rigorous error bound); the rows it cannot certify, and rows with masked entries, are computed
     by :func:`_it_faithful`. ``aux["fast"]`` is 1.0 on the rows the fast path returned.
 
+    The rounds (``k`` arrays of ``n`` per row) are not kept: a forward pass needs ``O(B n)``
+    memory, and the Jacobian and VJP recompute them (:func:`_it_forward`, one more forward pass;
+    the API's VJP runs :func:`_it_forward_vjp`, one pass for both).
+
     >>> iterative_topk(np.array([[0.0, -1.0]]), 2).p.round(4)
     array([[1.2979, 0.7021]])
     """
+    return _it_forward(z, k, store=False)
+
+
+def _it_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
+    """:func:`iterative_topk`, with the rounds the derivatives read in ``aux`` when ``store``
+    (else only ``aux["fast"]`` and ``aux["error_estimate"]``)."""
     eligible = np.isfinite(z).all(axis=-1)
     if not eligible.any():
         return _it_faithful(z, k)
     rows = np.flatnonzero(eligible)
-    fast = _it_fast(z if eligible.all() else z[rows], k)
+    fast = _it_fast(z if eligible.all() else z[rows], k, store=store)
     rescue = np.flatnonzero(~eligible)
     rescue = np.concatenate([rescue, rows[fast.aux["fast"] == 0]])
     if rescue.size == 0:
         return fast
     slow = _it_faithful(z[rescue], k)
+    if store:
+        fast.aux["q"] = _replayed_q(fast.aux["s"])
+    else:
+        slow.aux = {name: slow.aux[name] for name in fast.aux}
     return _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
+
+
+def _it_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`iterative_topk` and :func:`_it_vjp` in one pass. Without masked entries, each block
+    of rows runs the fast rounds into one reused buffer of the block's rounds and then the reverse
+    pass, so the ``k`` rounds are never held for the whole batch; the rows the fast path cannot
+    certify are recomputed faithfully (forward and VJP). With failed rows the API reports the
+    forward's failure, so no derivative is computed for them."""
+    if not np.isfinite(z).all():
+        fwd = _it_forward(z, k)
+        if (fwd.codes() != OK).any() or not np.isfinite(fwd.p).all():
+            return fwd, np.zeros_like(z)
+        return fwd, _it_vjp(fwd, z, k, v)
+    bsz, n = z.shape
+    argmin = np.argmin(z, axis=-1)
+    d = z - z[np.arange(bsz), argmin][:, None]
+    step = max(1, _FAST_BLOCK // n)
+    width = min(step, bsz)
+    s_blk, ctop_blk, top_blk = np.empty((width, k, n)), np.empty((width, k)), np.empty((width, k))
+    p, q, out = np.zeros_like(z), np.empty_like(z), np.empty_like(z)
+    ep, certified = np.empty(bsz), np.empty(bsz, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # blown-up bounds: not certified
+        for lo in range(0, bsz, step):
+            b = slice(lo, lo + step)
+            nb = p[b].shape[0]
+            ep[b], certified[b] = _it_fast_block(z[b], d[b], k, s_blk[:nb], ctop_blk[:nb], top_blk[:nb], p[b], q[b])
+            aux = {"s": s_blk[:nb], "ctop": ctop_blk[:nb], "top": top_blk[:nb], "qlast": q[b], "d": d[b],
+                   "argmin": argmin[b].astype(np.float64)}
+            out[b] = _it_vjp_dense(aux, k, v[b])
+    fwd = Forward(p=p, q=q)
+    fwd.aux = {"error_estimate": ep, "fast": certified.astype(np.float64)}
+    rescue = np.flatnonzero(~certified)
+    if rescue.size == 0:
+        return fwd, _checked(out, "iterative")
+    slow = _it_faithful(z[rescue], k)
+    if (slow.codes() != OK).any() or not np.isfinite(slow.p).all():
+        out[rescue] = 0.0
+    else:
+        out[rescue] = _it_vjp(slow, z[rescue], k, v[rescue])
+    slow.aux = {name: slow.aux[name] for name in fwd.aux}
+    return _combine_rows(bsz, [(np.arange(bsz), fwd), (rescue, slow)]), _checked(out, "iterative")
 
 
 def _it_faithful(z: FloatArray, k: int) -> Forward:
@@ -58,14 +112,16 @@ def _it_faithful(z: FloatArray, k: int) -> Forward:
     zmin = np.min(np.where(masked, np.inf, z), axis=-1, keepdims=True)
     d = np.where(masked, _NEG_INF, z - zmin)
     p, q = np.zeros_like(z), np.ones_like(z)
-    s_steps, c_steps, q_steps = [], [], []
+    s_steps, ctop_steps, top_steps, q_steps = [], [], [], []
     err = _RoundingErrors(z)
     d_live = np.where(masked, 0.0, d)
     for t in range(k):
         y = z if t == 0 else np.where(masked, _NEG_INF, q * d)
         s, c, local = _it_softmax(y, masked)
         s_steps.append(s)
-        c_steps.append(c)
+        top = np.argmax(s, axis=-1)
+        top_steps.append(top)
+        ctop_steps.append(c[np.arange(z.shape[0]), top])
         q_steps.append(q)
         # q - s and c - p are equal in exact arithmetic; keep the one with the smaller error bound
         direct = np.abs(q) + s <= c + np.abs(p)
@@ -76,8 +132,9 @@ def _it_faithful(z: FloatArray, k: int) -> Forward:
         err.close_round(t, {"slope": np.max(slope, axis=-1), "entry": np.argmax(slope, axis=-1).astype(np.float64)})
     fwd = Forward(p=np.where(masked, 0.0, p), q=np.where(masked, 1.0, q))
     fwd.aux = {
-        "s": np.stack(s_steps, axis=1), "c": np.stack(c_steps, axis=1), "q": np.stack(q_steps, axis=1),
-        "d": np.where(masked, 0.0, d),
+        "s": np.stack(s_steps, axis=1), "q": np.stack(q_steps, axis=1),
+        "ctop": np.stack(ctop_steps, axis=1), "top": np.stack(top_steps, axis=1).astype(np.float64),
+        "d": np.where(masked, 0.0, d), "qlast": fwd.q,
         "argmin": np.argmin(np.where(masked, np.inf, z), axis=-1).astype(np.float64),
         "fast": np.zeros(z.shape[0]),
     }
@@ -181,6 +238,8 @@ def _tie_split(z: FloatArray, p: FloatArray, q: FloatArray) -> FloatArray:
 
 def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     """Forward mode: ``dy = dq d + q dd``; ``ds = s (c dy - X)``, ``X_i = sum_{j != i} s_j dy_j``."""
+    if "s" not in fwd.aux:  # the forward pass did not keep the rounds
+        fwd = _it_forward(z, k)
     bsz, n = z.shape
     live = np.isfinite(z)
     aux = fwd.aux
@@ -189,8 +248,12 @@ def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     m = aux["argmin"].astype(np.int64)
     dd = eye - eye[np.arange(bsz), m][:, None, :] * live[:, :, None]  # d(z_i - z_m)
     dq = np.zeros((bsz, n, n))
+    q_run = np.ones((bsz, n))
     for t in range(k):
-        s, c, q = (aux[name][:, t, :, None] for name in ("s", "c", "q"))
+        s = aux["s"][:, t, :, None]
+        q = (aux["q"][:, t] if "q" in aux else q_run)[:, :, None]
+        q_run = q_run - aux["s"][:, t]
+        c = _complement(aux, t)[:, :, None]
         dy = eye if t == 0 else dq * d + q * dd  # round one is softmax(z): no reference shift
         ds = s * (c * dy - _exclusive_sum(s * dy))
         dq = np.where(live[:, :, None], dq - ds, 0.0)
@@ -199,14 +262,26 @@ def _it_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 
 def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     """Reverse mode through the stored rounds, ``O(k n)`` time per row."""
+    if "s" not in fwd.aux:  # the forward pass did not keep the rounds: recompute them
+        if np.isfinite(z).all() and (fwd.codes() == OK).all():
+            return _it_forward_vjp(z, k, v)[1]
+        fwd = _it_forward(z, k)
     bsz = z.shape[0]
     live = np.isfinite(z)
     aux = fwd.aux
+    if live.all():
+        return _checked(_it_vjp_dense(aux, k, v), "iterative")
     d = aux["d"]
     qbar = np.where(live, -v, 0.0)
     dbar = np.zeros_like(z)
+    q_run = aux["qlast"]
     for t in reversed(range(k)):
-        s, c, q = (np.where(live, aux[name][:, t], 0.0) for name in ("s", "c", "q"))
+        s = np.where(live, aux["s"][:, t], 0.0)
+        if "q" in aux:
+            q = np.where(live, aux["q"][:, t], 0.0)
+        else:  # only fast rows, no masked entries: q before round t is q after it plus s
+            q = q_run = q_run + s
+        c = np.where(live, _complement(aux, t), 0.0)
         g = -s * qbar  # cotangent of (c dy - X)
         ybar = c * g - s * _exclusive_sum(g[:, :, None])[:, :, 0]
         if t == 0:
@@ -221,128 +296,81 @@ def _it_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     return _checked(zbar, "iterative")
 
 
-ITERATIVE = Implementation(forward=iterative_topk, jacobian=_it_jacobian, vjp=_it_vjp)
+def _it_vjp_dense(aux: dict[str, FloatArray], k: int, v: FloatArray) -> FloatArray:
+    """:func:`_it_vjp` for batches without masked entries, the same operations (the exclusive sum
+    of the entry of largest magnitude summed directly, as :func:`_exclusive_sum` does) with
+    preallocated buffers, on blocks of rows that stay in cache (the rows are independent)."""
+    bsz, n = v.shape
+    out = np.empty_like(v)
+    step = max(1, _FAST_BLOCK // n)
+    for lo in range(0, bsz, step):
+        b = slice(lo, lo + step)
+        rows = np.arange(out[b].shape[0])
+        d, s_st = aux["d"][b], aux["s"][b]
+        top, ctop = aux["top"][b].astype(np.int64), aux["ctop"][b]
+        qbar = -v[b]
+        dbar = np.zeros_like(qbar)
+        q = None if "q" in aux else aux["qlast"][b].copy()
+        c, g, e = np.empty_like(qbar), np.empty_like(qbar), np.empty_like(qbar)
+        for t in reversed(range(k)):
+            s = s_st[:, t]
+            if q is None:
+                q_t = aux["q"][b, t]
+            else:  # only fast rows: q before round t is q after it plus s
+                q += s
+                q_t = q
+            np.subtract(1.0, s, out=c)
+            c[rows, top[:, t]] = ctop[:, t]
+            np.multiply(s, qbar, out=g)  # minus the cotangent of (c dy - X)
+            np.subtract(g.sum(axis=-1)[:, None], g, out=e)  # sum_{j != i} g_j ...
+            hi, lo_ = np.argmax(g, axis=-1), np.argmin(g, axis=-1)
+            big = np.where(np.abs(g[rows, hi]) >= np.abs(g[rows, lo_]), hi, lo_)
+            kept = g[rows, big]
+            g[rows, big] = 0.0
+            e[rows, big] = g.sum(axis=-1)  # ... summed directly for the entry of largest magnitude
+            g[rows, big] = kept
+            c *= g
+            e *= s
+            c -= e  # minus ybar
+            if t == 0:
+                ybar_0 = c  # round one is softmax(z): no reference shift
+            else:
+                np.multiply(q_t, c, out=e)
+                dbar -= e
+                np.multiply(d, c, out=e)
+                qbar -= e
+        m = aux["argmin"][b].astype(np.int64)
+        dbar[rows, m] -= dbar.sum(axis=-1)
+        np.subtract(dbar, ybar_0, out=out[b])
+    return out
 
 
-# --------------------------------------------------------------------------- certified fast path
-
-#: The fast path returns a row only if its certified bound on the absolute error of ``p`` is at
-#: most this (1000 times below :data:`ILL_CONDITIONED_TOLERANCE`: the faithful path is measured
-#: within 1e-12 on the rows it returns, and a fast row is certified to be at least as close) ...
-_FAST_P_BOUND = 1e-12
-#: ... and the bound on the error of every ``1 - p_i`` is at most this fraction of ``|1 - p_i|``
-#: (the complement is reported relatively accurately: ``1 - 1e-20`` is not 1).
-_FAST_Q_BOUND = 1e-10
-#: Error allowed for one float64 ``np.exp``, in units of ``u``: 4 ulps (8 u), a generous margin
-#: over the < 1 ulp of glibc's ``exp`` and numpy's vectorised one.
-_EXP_ERR = 8.0
+def _replayed_q(s: FloatArray) -> FloatArray:
+    """The stack of ``q = 1 - p`` before each round, ``(B, k, n)``, replayed from the stored
+    ``s`` exactly as the fast path computed it (``q <- q - s`` from 1: the same bits)."""
+    q = np.empty_like(s)
+    q[:, 0] = 1.0
+    for t in range(1, s.shape[1]):
+        np.subtract(q[:, t - 1], s[:, t - 1], out=q[:, t])
+    return q
 
 
-def _it_fast(z: FloatArray, k: int) -> Forward:
-    """The ``k`` rounds in plain float64 (one ``exp`` pass per round), with a rigorous error bound.
-
-    Rows must be free of masked entries. Per round, with ``y = q d`` (``d = z - min z``; round one
-    ``y = z``), ``e = exp(y - max y)`` (the top entry is 1 and is left out of ``rest = sum e``, so
-    that ``c_top = rest / (1 + rest)`` is relatively accurate: it is ``1 - s_top``), ``s = e / (1 +
-    rest)``, ``p <- p + s``, ``q <- q - s``. The bound is standard forward error analysis, each
-    float64 operation contributing at most ``u = 2^-53`` relative:
-
-    * the computed ``s_i`` is the exact softmax of the computed ``y`` to a factor ``e^{+-eta_i}``:
-      each ``e_j`` off by ``eta_1 = u (max y - min y) + exp_err`` (shift, ``exp``; the top one exact),
-      the normaliser ``1 + rest`` by ``eta_n = ((e^{eta_1} - 1) + gamma) c_top + 2 u`` (the
-      summed terms only make up ``c_top = rest / (1 + rest)`` of it, which keeps a saturated
-      ``s_top`` accurate to ``O(u)``), so ``eta_top = eta_n`` and ``eta_i = eta_1 + eta_n``;
-      ``gamma = (2 sqrt(n) + 2) u`` bounds the rounding of the sum, taken in two levels of about
-      ``sqrt(n)`` terms (:func:`_blocked_sum`; ``(m - 1) u`` holds for ``m`` terms in any order);
-    * an error ``|dy_i| <= a_i`` of ``y`` (``a_i = d_i (h_i + 2 u |q_i|)``, ``h_i`` the bound on the
-      error of ``q_i``, ``D = max a``) moves ``s_i`` by at most
-      ``e^{6 D + 2 eta} s_i ((1 - s_i) a_i + sum_{j != i} s_j a_j)`` (from
-      ``s'_i - s_i = s_i ((1 - s_i)(e^{dy_i} - 1) - sum_{j != i} s_j (e^{dy_j} - 1)) / sum_j s_j e^{dy_j}``);
-    * ``p + s`` and ``q - s`` add their own rounding, ``u |p| <= u k`` and ``u |q|``.
-
-    The bounds are sums and products of non-negative terms, so their own rounding only lowers them
-    by a factor ``(1 + u)^{O(k)}``, which the final ``1 + 32 k u`` covers. A row is returned
-    (``aux["fast"] = 1``) when the bound on ``p`` is at most :data:`_FAST_P_BOUND` and that on every
-    ``1 - p_i`` at most :data:`_FAST_Q_BOUND` ``|1 - p_i|``; ``aux["error_estimate"]`` is then the
-    bound. Exact ties stay bitwise equal in ``p`` and ``q``: every operation on them is elementwise
-    or row-wide (the top entry's ``s`` is ``1 / (1 + rest)``, as for its tied peers).
-    """
-    bsz, n = z.shape
-    u = _UNIT
-    rows = np.arange(bsz)
-    argmin = np.argmin(z, axis=-1)
-    d = z - z[rows, argmin][:, None]
-    p, q = np.zeros_like(z), np.ones_like(z)
-    aq = np.ones_like(z)  # |q|
-    h = np.zeros_like(z)  # bound on the error of q, per entry
-    ep = np.zeros(bsz)  # bound on the error of p, per row
-    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "c", "q")}
-    gamma_n = 1.01 * (_blocked_sum_depth(n) + 1) * u
-    with np.errstate(over="ignore", invalid="ignore"):  # blown-up bounds are inf or NaN: not certified
-        for t in range(k):
-            stacks["q"][:, t] = q
-            y = z if t == 0 else q * d
-            top = np.argmax(y, axis=-1)
-            m = y[rows, top]
-            e = np.exp(y - m[:, None])
-            e[rows, top] = 0.0
-            rest = _blocked_sum(e)
-            total = 1.0 + rest
-            s = e / total[:, None]
-            s[rows, top] = 1.0 / total
-            c = 1.0 - s
-            c[rows, top] = rest / total
-            # computing the softmax of the computed y
-            eta_1 = 1.01 * (u * (m - np.min(y, axis=-1)) + _EXP_ERR * u)
-            eta_n = 1.01 * (np.expm1(eta_1) + gamma_n) * c[rows, top] + 2.02 * u
-            eta = eta_1 + eta_n
-            err_s = s * (np.expm1(eta) * np.exp(eta))[:, None]
-            err_s[rows, top] = s[rows, top] * np.expm1(eta_n) * np.exp(eta_n)
-            eta += gamma_n + 2.02 * u  # the bound on the log-error of every s_i and c_i (c_top: rest / total)
-            if t > 0:  # round one is softmax(z): z is exact
-                ady = d * (h + 2.0 * u * aq)
-                w = s * ady
-                w_top = w[rows, top]
-                w[rows, top] = 0.0
-                w_rest = np.sum(w, axis=-1)
-                x = c * ady  # (1 - s_i) a_i + sum_{j != i} s_j a_j
-                x_top = x[rows, top] + w_rest
-                x += (w_rest + w_top)[:, None]
-                x[rows, top] = x_top
-                factor = np.exp(6.0 * np.max(ady, axis=-1) + 2.0 * eta + 1.01 * (n + 16) * u)
-                x *= factor[:, None]
-                x *= s
-                err_s += x
-            p += s
-            q -= s
-            np.abs(q, out=aq)
-            h += err_s
-            h += u * aq
-            ep += np.max(err_s, axis=-1) + 1.01 * u * (t + 1)
-            stacks["s"][:, t] = s
-            stacks["c"][:, t] = c
-        slack = 1.0 + 32.0 * k * u
-        ep *= slack
-        certified = (ep <= _FAST_P_BOUND) & np.all(slack * h <= _FAST_Q_BOUND * aq, axis=-1)
-    fwd = Forward(p=p, q=q)
-    fwd.aux = {**stacks, "d": d, "argmin": argmin.astype(np.float64), "error_estimate": ep,
-               "fast": certified.astype(np.float64)}
-    return fwd
+def _complement(aux: dict[str, FloatArray], t: int) -> FloatArray:
+    """``c = 1 - s`` of round ``t`` from the stored rounds: ``1 - s_i`` in float64 is relatively
+    accurate wherever ``s_i <= 1/2`` (every entry but the round's largest ``s``, and any ``s_i``
+    tied with it), and the largest one's ``c`` is stored (``aux["ctop"]``, computed without
+    cancellation: ``rest / (1 + rest)`` on the fast path, an exclusive log-sum on the faithful one).
+    Storing one ``c`` per round instead of ``n`` saves a third of the rounds' memory."""
+    c = 1.0 - aux["s"][:, t]
+    np.put_along_axis(c, aux["top"][:, t, None].astype(np.int64), aux["ctop"][:, t, None], axis=-1)
+    return c
 
 
-def _blocked_sum(x: FloatArray) -> FloatArray:
-    """Row sums of non-negative ``x`` in two levels: blocks of ``L = isqrt(n)`` entries, then the
-    block sums and the remainder. Whatever order numpy adds within each level, the relative
-    error is at most ``(_blocked_sum_depth(n) + 1) u`` (a sum of ``m`` terms in any order: ``(m - 1) u``)."""
-    n = x.shape[1]
-    width = max(1, math.isqrt(n))
-    blocks = n // width
-    head = x[:, : blocks * width].reshape(x.shape[0], blocks, width).sum(axis=-1).sum(axis=-1)
-    return head + x[:, blocks * width :].sum(axis=-1)
-
-
-def _blocked_sum_depth(n: int) -> int:
-    """Additions on the longest path of :func:`_blocked_sum`: within a block, across the blocks,
-    the remainder (fewer than ``L`` terms) and the final addition."""
-    width = max(1, math.isqrt(n))
-    return (width - 1) + (n // width - 1) + (width - 1) + 1
+#: ``elementwise``: every round computes ``s_i`` from ``z_i``, ``q_i`` and row-wide quantities
+#: (``min z``, the round's maximum and normaliser), so exactly tied entries get bitwise equal
+#: ``p`` and ``q`` by construction, on both paths (the faithful one also measures any split of
+#: ties, :func:`_tie_split`, and refuses the row if it mattered): the API's averaging over ties,
+#: a sort of every row, would change nothing.
+ITERATIVE = Implementation(
+    forward=iterative_topk, jacobian=_it_jacobian, vjp=_it_vjp, elementwise=True, forward_vjp=_it_forward_vjp
+)
