@@ -43,6 +43,25 @@ def test_fast_path_is_taken_on_a_typical_batch_and_agrees_with_the_faithful_one(
                                ws._ws_jacobian_log(fwd_slow, small, 3, every), rtol=0, atol=1e-13)
 
 
+@pytest.mark.parametrize("scale", [10.0, 50.0])
+def test_the_vjp_from_the_compact_rounds_matches_the_faithful_one(scale: float) -> None:
+    # saturated top entries (the entry of largest |g| is often the top one): the VJP folds rho = e^z / S
+    # and c = 1 - s into its updates and keeps c_top = X / S; a mixed batch stores them instead
+    rng = np.random.default_rng(8)
+    z = _z(rng, (12, 40), scale)
+    fast = ws.weighted_softmax_topk(z, 5)
+    assert fast.aux["fast"].sum() >= 6
+    if (fast.aux["fast"] == 0).any():  # keep the all-fast batch, whose rounds are compact
+        z = z[fast.aux["fast"] > 0]
+        fast = ws.weighted_softmax_topk(z, 5)
+    assert "rho" not in fast.aux and "c" not in fast.aux
+    v = rng.standard_normal(z.shape)
+    want = ws._ws_vjp(ws._ws_faithful(z, 5), z, 5, v)
+    np.testing.assert_allclose(ws._ws_vjp(fast, z, 5, v), want, rtol=0, atol=1e-12 * max(1.0, np.abs(want).max()))
+    np.testing.assert_allclose(ws._ws_jacobian(fast, z, 5), ws._ws_jacobian(ws._ws_faithful(z, 5), z, 5), rtol=0,
+                               atol=1e-12 * max(1.0, np.abs(want).max()))
+
+
 @pytest.mark.parametrize("tau", [1.0, 0.1, 0.01])
 def test_the_bound_holds_against_mpmath(tau: float) -> None:
     rng = np.random.default_rng(11)

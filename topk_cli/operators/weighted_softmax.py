@@ -42,8 +42,9 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     :data:`~topk_cli.operators.weighted_softmax_fast.FAST_MAX_GAP` first go through
     :func:`~topk_cli.operators.weighted_softmax_fast.ws_fast` (plain float64 rounds with a rigorous
     error bound); the rows it cannot certify, and the others, are computed by :func:`_ws_faithful`.
-    ``aux["fast"]`` is 1.0 on the rows the fast path returned (their ``aux`` has no log-space copies:
-    :func:`_ws_log_aux` derives them).
+    ``aux["fast"]`` is 1.0 on the rows the fast path returned. Their ``aux`` has no log-space copies
+    (:func:`_ws_log_aux` derives them) and, when every row is fast, keeps ``rho`` and ``c`` compactly
+    (:func:`_ws_rounds` forms them); a mixed batch gets them stored (:func:`_ws_expand`).
 
     >>> weighted_softmax_topk(np.array([[0.0, -1.0]]), 1).p.round(4)
     array([[0.7311, 0.2689]])
@@ -58,6 +59,7 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     if rescue.size == 0:
         return fast
     slow = _ws_faithful(z[rescue], k)
+    _ws_expand(fast, z if eligible.all() else z[rows], k)
     # the faithful part first, as it carries every aux key (the log-space copies stay 0 on fast rows),
     # then the fast part, then the faithful part again over the fast path's uncertified rows
     return _combine_rows(z.shape[0], [(rescue, slow), (rows, fast), (rescue, slow)])
@@ -273,17 +275,79 @@ def _ws_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 _LOG_JACOBIAN_GROWTH = 16.0
 
 
-def _ws_log_jacobian_error(fwd: Forward, k: int, rows: NDArray[np.bool_]) -> FloatArray:
+def _ws_log_jacobian_error(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_]) -> FloatArray:
     """Per row, the error bound of :func:`_ws_jacobian_log` (in units of ``1/tau``)."""
     big = np.zeros(int(rows.sum()))
-    aux = _ws_log_aux(fwd, rows)
+    aux = _ws_log_aux(fwd, z, rows)
     for name in ("lf", "lrho", "ls", "lc"):
         vals = aux[name]
         big = np.maximum(big, np.max(np.where(np.isfinite(vals), np.abs(vals), 0.0), axis=(1, 2)))
     return _LOG_JACOBIAN_GROWTH * k * _UNIT * big
 
 
-def _ws_log_aux(fwd: Forward, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
+def _ws_w(fwd: Forward, z: FloatArray) -> FloatArray | None:
+    """``w = e^z`` as the fast path formed it (``w_top = 1``), when ``fwd.aux`` is the fast path's compact
+    form (no stored ``rho``); else None."""
+    if "rho" in fwd.aux:
+        return None
+    rows, top = np.arange(z.shape[0]), fwd.aux["top"].astype(np.int64)
+    w = np.exp(z)
+    w[rows, top] = 1.0
+    return w
+
+
+def _ws_rounds(
+    fwd: Forward, z: FloatArray, t: int, w: FloatArray | None = None
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Round ``t``'s ``s``, ``f``, ``rho = e^z / S`` and ``c = 1 - s`` (``(B, n)`` each): stored, or
+    formed from the fast path's compact aux exactly as it formed them (``rho = w fl(1 / S)``, ``c = 1 -
+    s`` but ``c_top = X / S``; ``w`` from :func:`_ws_w`)."""
+    aux = fwd.aux
+    if "rho" in aux:
+        return aux["s"][:, t], aux["f"][:, t], aux["rho"][:, t], aux["c"][:, t]
+    w = _ws_w(fwd, z) if w is None else w
+    assert w is not None
+    s = aux["s"][:, t]
+    rho = w * aux["inv"][:, t, None]
+    c = 1.0 - s
+    rows = np.arange(z.shape[0])
+    c[rows, aux["top"].astype(np.int64)] = aux["c_top"][:, t]
+    return s, aux["f"][:, t], rho, c
+
+
+def _ws_expand(fwd: Forward, z: FloatArray, k: int) -> None:
+    """Replace the fast path's compact aux by stored ``rho`` and ``c`` stacks (as the faithful path keeps
+    them), in place: needed before merging with faithful rows."""
+    if "rho" in fwd.aux:
+        return
+    w = _ws_w(fwd, z)
+    rho, c = np.empty_like(fwd.aux["s"]), np.empty_like(fwd.aux["s"])
+    for t in range(k):
+        _, _, rho[:, t], c[:, t] = _ws_rounds(fwd, z, t, w)
+    for name in ("inv", "c_top", "top"):
+        del fwd.aux[name]
+    fwd.aux["rho"], fwd.aux["c"] = rho, c
+
+
+def _ws_expand_rows(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
+    """The ``s``, ``f``, ``rho``, ``c`` stacks ``(b, k, n)`` on ``rows`` (formed from the compact aux if
+    need be, as :func:`_ws_rounds` does)."""
+    aux = fwd.aux
+    out = {name: aux[name][rows] for name in ("s", "f")}
+    if "rho" in aux:
+        out["rho"], out["c"] = aux["rho"][rows], aux["c"][rows]
+        return out
+    w = _ws_w(fwd, z)
+    assert w is not None
+    out["rho"] = w[rows][:, None, :] * aux["inv"][rows][:, :, None]
+    c = 1.0 - out["s"]
+    top = aux["top"][rows].astype(np.int64)
+    c[np.arange(top.size), :, top] = aux["c_top"][rows]
+    out["c"] = c
+    return out
+
+
+def _ws_log_aux(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
     """The log-space copies of the rounds (``lf``, ``sf``, ``lrho``, ``ls``, ``ss``, ``lc``, ``sc``, with
     ``rho``) on ``rows``: as stored by the faithful path, derived from the linear ``f``, ``rho``, ``s``,
     ``c`` on the fast path's rows (those are relatively accurate and finite there, so their logs are as
@@ -291,10 +355,11 @@ def _ws_log_aux(fwd: Forward, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
     fast = fwd.aux.get("fast", np.zeros(fwd.p.shape[0]))[rows] > 0
     if not fast.any():
         return {name: fwd.aux[name][rows] for name in ("lf", "sf", "lrho", "rho", "ls", "ss", "lc", "sc")}
-    out = {"rho": fwd.aux["rho"][rows]}
+    sub = _ws_expand_rows(fwd, z, rows)
+    out = {"rho": sub["rho"]}
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # log 0 = -inf: an exact zero
         for lname, sname, lin in (("lf", "sf", "f"), ("lrho", "", "rho"), ("ls", "ss", "s"), ("lc", "sc", "c")):
-            vals = fwd.aux[lin][rows]
+            vals = sub[lin]
             out[lname] = np.log(np.abs(vals))
             if sname:
                 out[sname] = np.sign(vals)
@@ -316,8 +381,8 @@ def _ws_jacobian_log(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_
     sdq, ldq = np.zeros((bsz, n, n)), np.full((bsz, n, n), _NEG_INF)
     # rows whose logs are too large for float64 to give the derivative to the tolerance are NaN
     # (refused by the caller) rather than returned wrong
-    unresolved = _ws_log_jacobian_error(fwd, k, rows) > ILL_CONDITIONED_TOLERANCE
-    aux = _ws_log_aux(fwd, rows)
+    unresolved = _ws_log_jacobian_error(fwd, z, k, rows) > ILL_CONDITIONED_TOLERANCE
+    aux = _ws_log_aux(fwd, z, rows)
     diag = eye > 0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # -inf logs are exact zeros
         for t in range(k):
@@ -344,9 +409,9 @@ def _ws_jacobian_linear(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     live = np.isfinite(z)
     eye = np.broadcast_to(np.eye(n), (bsz, n, n)) * live[:, :, None] * live[:, None, :]
     dq = np.zeros((bsz, n, n))
-    aux = fwd.aux
+    w = _ws_w(fwd, z)
     for t in range(k):
-        s, f, rho, c = (aux[name][:, t, :, None] for name in ("s", "f", "rho", "c"))
+        s, f, rho, c = (a[:, :, None] for a in _ws_rounds(fwd, z, t, w))
         x_excl = _exclusive_sum(s * eye)
         y = np.sum(np.where(live[:, :, None], rho * dq, 0.0), axis=1, keepdims=True)
         dq = f * dq - s * (c * eye - x_excl - y)
@@ -361,11 +426,12 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     masked = not live.all()  # without masked entries the stored rounds are all finite: no masking needed
     rows = np.arange(z.shape[0])
     qbar = np.where(live, -v, 0.0)
+    w = _ws_w(fwd, z)
+    if w is not None:  # every row from the fast path (no masked entries)
+        return _checked(_ws_vjp_compact(fwd, w, k, qbar), "weighted-softmax")
     zbar = np.zeros_like(qbar)
-    aux = fwd.aux
     for t in reversed(range(k)):
-        s, f, rho, c = (np.where(live, aux[name][:, t], 0.0) if masked else aux[name][:, t]
-                        for name in ("s", "f", "rho", "c"))
+        s, f, rho, c = (np.where(live, a, 0.0) if masked else a for a in _ws_rounds(fwd, z, t, w))
         g = s * qbar  # minus the cotangent of c dz - X (the signs are folded into the updates below)
         # X_i = sum_{j != i} g_j: total minus own term, except for the entry of largest |g| (the only
         # one that can dominate the total), summed directly without it (as _exclusive_sum does)
@@ -392,6 +458,39 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
         row[b] = True
         out[b] = v[b] @ _ws_jacobian_log(fwd, z, k, row)[0]
     return _checked(out, "weighted-softmax")
+
+
+def _ws_vjp_compact(fwd: Forward, w: FloatArray, k: int, qbar: FloatArray) -> FloatArray:
+    """:func:`_ws_vjp` on the fast path's compact aux (``qbar = -v``, updated in place): the same reverse
+    mode, with ``rho = w / S`` and ``c = 1 - s`` folded into the updates (``s_i X_i - c_i g_i = s_i
+    total - g_i`` where ``X_i = total - g_i``), so that neither is formed as an array."""
+    aux = fwd.aux
+    rows = np.arange(w.shape[0])
+    top = aux["top"].astype(np.int64)
+    zbar = np.zeros_like(qbar)
+    g = np.empty_like(qbar)
+    for t in reversed(range(k)):
+        s, f, c_top = aux["s"][:, t], aux["f"][:, t], aux["c_top"][:, t]
+        np.multiply(s, qbar, out=g)  # minus the cotangent of c dz - X
+        total = g.sum(axis=1)
+        # X_i = sum_{j != i} g_j is total - g_i except at the entry of largest |g| (the only one that
+        # can dominate the total), summed directly without it (as _exclusive_sum does)
+        big = np.argmax(np.abs(g), axis=1)
+        g_big = g[rows, big]
+        g[rows, big] = 0.0
+        rest = g.sum(axis=1)
+        g[rows, big] = g_big
+        s_big, s_top, g_top = s[rows, big], s[rows, top], g[rows, top]
+        zbar_big, zbar_top = zbar[rows, big], zbar[rows, top]
+        zbar += s * total[:, None]
+        zbar -= g
+        # the two entries with their own terms: the top (c_top = X / S, stored), then the entry of largest
+        # |g| (X = rest; its c is c_top if it is the top)
+        zbar[rows, top] = zbar_top + s_top * (total - g_top) - c_top * g_top
+        zbar[rows, big] = zbar_big + s_big * rest - np.where(big == top, c_top, 1.0 - s_big) * g_big
+        qbar *= f
+        qbar += w * (aux["inv"][:, t] * total)[:, None]
+    return zbar
 
 
 WEIGHTED_SOFTMAX = Implementation(forward=weighted_softmax_topk, jacobian=_ws_jacobian, vjp=_ws_vjp)

@@ -69,9 +69,11 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
     ``1 + 32 k u``, which covers the rounding of the bound itself.
 
     A row is returned (``aux["fast"] = 1``) when ``e_p <=`` :data:`FAST_P_BOUND` and ``r, r_top <=``
-    :data:`FAST_Q_BOUND`; ``aux["error_estimate"]`` is then ``e_p``. ``aux`` holds ``s``, ``f``,
-    ``rho = e^z / S`` and ``c = 1 - s`` per round, as the faithful path does (but not its log-space
-    copies: see :func:`~topk_cli.operators.weighted_softmax._ws_log_aux`).
+    :data:`FAST_Q_BOUND`; ``aux["error_estimate"]`` is then ``e_p``. ``aux`` holds ``s`` and ``f`` per
+    round as the faithful path does, but ``rho = e^z / S`` and ``c = 1 - s`` only compactly: ``1 / S``
+    (``inv``) and ``c_top = X / S`` per round and the ``top`` entry (fewer pages to fault in: see
+    :func:`~topk_cli.operators.weighted_softmax._ws_rounds`), and none of the log-space copies (see
+    :func:`~topk_cli.operators.weighted_softmax._ws_log_aux`).
     """
     bsz, n = z.shape
     u = _UNIT
@@ -85,7 +87,8 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
     w2 = np.maximum(np.max(w_rest, axis=-1), 0.0) if n > 1 else np.zeros(bsz)  # largest non-top w
     del w_rest
     p, q = np.zeros_like(z), np.ones_like(z)
-    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "f", "rho", "c")}
+    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "f")}
+    inv_all, c_top_all = np.empty((bsz, k)), np.empty((bsz, k))
     eps_w = _EXP_ERR * u
     gamma = 1.01 * (_tree_sum_depth(n) + 1) * u
     r = np.zeros(bsz)  # relative error of the non-top q
@@ -106,16 +109,16 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
             x_sum = _tree_sum(uu)
             total = x_sum + q_top
             inv = 1.0 / total
-            s, f, rho, c = (stacks[name][:, t] for name in ("s", "f", "rho", "c"))
+            s, f = stacks["s"][:, t], stacks["f"][:, t]
             np.multiply(uu, inv[:, None], out=s)
             s[rows, top] = q_top * inv
-            np.multiply(w, inv[:, None], out=rho)
-            np.subtract(1.0, rho, out=f)
+            np.multiply(w, -inv[:, None], out=f)  # -fl(w / S), exactly
+            f += 1.0
             one_minus = 1.0 - q_top
             v_top = x_sum - one_minus
             f[rows, top] = v_top * inv
-            np.subtract(1.0, s, out=c)
-            c[rows, top] = x_sum * inv
+            c_top = x_sum * inv
+            inv_all[:, t], c_top_all[:, t] = inv, c_top
             # the bound for this round
             s_abs = np.abs(total)
             shortcut = positive & (total > w2 * (1.0 + 8.0 * u))
@@ -138,7 +141,7 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
             kappa = (a_sum + np.abs(q_top)) / s_abs
             p_max += kappa
             s_top = np.abs(q_top * inv)
-            err_s_top = r_top * np.abs(c[rows, top]) + d_x / s_abs + 3.0 * u
+            err_s_top = r_top * np.abs(c_top) + d_x / s_abs + 3.0 * u
             err_s = r + eps_w + rho_s + 3.0 * u  # relative error of the non-top s_i
             e_p += 1.01 * np.maximum(s_top * err_s_top, (kappa - s_top) * err_s) + u * p_max
             err_s_max = np.maximum(err_s_max, np.maximum(err_s_top, err_s))
@@ -158,7 +161,8 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
         certified = (ok & (e_p <= FAST_P_BOUND) & (slack * r <= FAST_Q_BOUND) & (slack * r_top <= FAST_Q_BOUND)
                      & (np.abs(q[rows, top]) >= _TINY) & (q_low * w_min >= _TINY))
     fwd = Forward(p=p, q=q)
-    fwd.aux = {**stacks, "error_estimate": e_p, "fast": certified.astype(np.float64)}
+    fwd.aux = {**stacks, "inv": inv_all, "c_top": c_top_all, "top": top.astype(np.float64), "error_estimate": e_p,
+               "fast": certified.astype(np.float64)}
     return fwd
 
 
