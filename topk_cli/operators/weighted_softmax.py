@@ -32,7 +32,15 @@ from topk_cli.operators._logsigned import (
     _to_linear,
 )
 from topk_cli.operators._logspace import logsumexp_exclusive
-from topk_cli.operators.weighted_softmax_fast import FAST_MAX_GAP, ws_fast
+from topk_cli.operators.weighted_softmax_fast import (
+    FAST_MAX_GAP,
+    _ws_expand,
+    _ws_expand_rows,
+    _ws_rounds,
+    _ws_vjp_compact,
+    _ws_w,
+    ws_fast,
+)
 
 
 def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
@@ -44,7 +52,8 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     error bound); the rows it cannot certify, and the others, are computed by :func:`_ws_faithful`.
     ``aux["fast"]`` is 1.0 on the rows the fast path returned. Their ``aux`` has no log-space copies
     (:func:`_ws_log_aux` derives them) and, when every row is fast, keeps ``rho`` and ``c`` compactly
-    (:func:`_ws_rounds` forms them); a mixed batch gets them stored (:func:`_ws_expand`).
+    (:func:`~topk_cli.operators.weighted_softmax_fast._ws_rounds` forms them); a mixed batch gets them
+    stored (:func:`~topk_cli.operators.weighted_softmax_fast._ws_expand`).
 
     >>> weighted_softmax_topk(np.array([[0.0, -1.0]]), 1).p.round(4)
     array([[0.7311, 0.2689]])
@@ -285,68 +294,6 @@ def _ws_log_jacobian_error(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np
     return _LOG_JACOBIAN_GROWTH * k * _UNIT * big
 
 
-def _ws_w(fwd: Forward, z: FloatArray) -> FloatArray | None:
-    """``w = e^z`` as the fast path formed it (``w_top = 1``), when ``fwd.aux`` is the fast path's compact
-    form (no stored ``rho``); else None."""
-    if "rho" in fwd.aux:
-        return None
-    rows, top = np.arange(z.shape[0]), fwd.aux["top"].astype(np.int64)
-    w = np.exp(z)
-    w[rows, top] = 1.0
-    return w
-
-
-def _ws_rounds(
-    fwd: Forward, z: FloatArray, t: int, w: FloatArray | None = None
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Round ``t``'s ``s``, ``f``, ``rho = e^z / S`` and ``c = 1 - s`` (``(B, n)`` each): stored, or
-    formed from the fast path's compact aux exactly as it formed them (``rho = w fl(1 / S)``, ``c = 1 -
-    s`` but ``c_top = X / S``; ``w`` from :func:`_ws_w`)."""
-    aux = fwd.aux
-    if "rho" in aux:
-        return aux["s"][:, t], aux["f"][:, t], aux["rho"][:, t], aux["c"][:, t]
-    w = _ws_w(fwd, z) if w is None else w
-    assert w is not None
-    s = aux["s"][:, t]
-    rho = w * aux["inv"][:, t, None]
-    c = 1.0 - s
-    rows = np.arange(z.shape[0])
-    c[rows, aux["top"].astype(np.int64)] = aux["c_top"][:, t]
-    return s, aux["f"][:, t], rho, c
-
-
-def _ws_expand(fwd: Forward, z: FloatArray, k: int) -> None:
-    """Replace the fast path's compact aux by stored ``rho`` and ``c`` stacks (as the faithful path keeps
-    them), in place: needed before merging with faithful rows."""
-    if "rho" in fwd.aux:
-        return
-    w = _ws_w(fwd, z)
-    rho, c = np.empty_like(fwd.aux["s"]), np.empty_like(fwd.aux["s"])
-    for t in range(k):
-        _, _, rho[:, t], c[:, t] = _ws_rounds(fwd, z, t, w)
-    for name in ("inv", "c_top", "top"):
-        del fwd.aux[name]
-    fwd.aux["rho"], fwd.aux["c"] = rho, c
-
-
-def _ws_expand_rows(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
-    """The ``s``, ``f``, ``rho``, ``c`` stacks ``(b, k, n)`` on ``rows`` (formed from the compact aux if
-    need be, as :func:`_ws_rounds` does)."""
-    aux = fwd.aux
-    out = {name: aux[name][rows] for name in ("s", "f")}
-    if "rho" in aux:
-        out["rho"], out["c"] = aux["rho"][rows], aux["c"][rows]
-        return out
-    w = _ws_w(fwd, z)
-    assert w is not None
-    out["rho"] = w[rows][:, None, :] * aux["inv"][rows][:, :, None]
-    c = 1.0 - out["s"]
-    top = aux["top"][rows].astype(np.int64)
-    c[np.arange(top.size), :, top] = aux["c_top"][rows]
-    out["c"] = c
-    return out
-
-
 def _ws_log_aux(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
     """The log-space copies of the rounds (``lf``, ``sf``, ``lrho``, ``ls``, ``ss``, ``lc``, ``sc``, with
     ``rho``) on ``rows``: as stored by the faithful path, derived from the linear ``f``, ``rho``, ``s``,
@@ -458,39 +405,6 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
         row[b] = True
         out[b] = v[b] @ _ws_jacobian_log(fwd, z, k, row)[0]
     return _checked(out, "weighted-softmax")
-
-
-def _ws_vjp_compact(fwd: Forward, w: FloatArray, k: int, qbar: FloatArray) -> FloatArray:
-    """:func:`_ws_vjp` on the fast path's compact aux (``qbar = -v``, updated in place): the same reverse
-    mode, with ``rho = w / S`` and ``c = 1 - s`` folded into the updates (``s_i X_i - c_i g_i = s_i
-    total - g_i`` where ``X_i = total - g_i``), so that neither is formed as an array."""
-    aux = fwd.aux
-    rows = np.arange(w.shape[0])
-    top = aux["top"].astype(np.int64)
-    zbar = np.zeros_like(qbar)
-    g = np.empty_like(qbar)
-    for t in reversed(range(k)):
-        s, f, c_top = aux["s"][:, t], aux["f"][:, t], aux["c_top"][:, t]
-        np.multiply(s, qbar, out=g)  # minus the cotangent of c dz - X
-        total = g.sum(axis=1)
-        # X_i = sum_{j != i} g_j is total - g_i except at the entry of largest |g| (the only one that
-        # can dominate the total), summed directly without it (as _exclusive_sum does)
-        big = np.argmax(np.abs(g), axis=1)
-        g_big = g[rows, big]
-        g[rows, big] = 0.0
-        rest = g.sum(axis=1)
-        g[rows, big] = g_big
-        s_big, s_top, g_top = s[rows, big], s[rows, top], g[rows, top]
-        zbar_big, zbar_top = zbar[rows, big], zbar[rows, top]
-        zbar += s * total[:, None]
-        zbar -= g
-        # the two entries with their own terms: the top (c_top = X / S, stored), then the entry of largest
-        # |g| (X = rest; its c is c_top if it is the top)
-        zbar[rows, top] = zbar_top + s_top * (total - g_top) - c_top * g_top
-        zbar[rows, big] = zbar_big + s_big * rest - np.where(big == top, c_top, 1.0 - s_big) * g_big
-        qbar *= f
-        qbar += w * (aux["inv"][:, t] * total)[:, None]
-    return zbar
 
 
 WEIGHTED_SOFTMAX = Implementation(forward=weighted_softmax_topk, jacobian=_ws_jacobian, vjp=_ws_vjp)

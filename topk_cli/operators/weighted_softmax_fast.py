@@ -7,6 +7,7 @@ Rows this path cannot certify are recomputed faithfully by the caller, row by ro
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from topk_cli.operators._base import FloatArray, Forward
 from topk_cli.operators._logsigned import _UNIT
@@ -72,7 +73,7 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
     :data:`FAST_Q_BOUND`; ``aux["error_estimate"]`` is then ``e_p``. ``aux`` holds ``s`` and ``f`` per
     round as the faithful path does, but ``rho = e^z / S`` and ``c = 1 - s`` only compactly: ``1 / S``
     (``inv``) and ``c_top = X / S`` per round and the ``top`` entry (fewer pages to fault in: see
-    :func:`~topk_cli.operators.weighted_softmax._ws_rounds`), and none of the log-space copies (see
+    :func:`_ws_rounds`), and none of the log-space copies (see
     :func:`~topk_cli.operators.weighted_softmax._ws_log_aux`).
     """
     bsz, n = z.shape
@@ -182,6 +183,104 @@ def _general_terms(
     g_max = np.max(ratio, axis=-1) / s_abs * (1.0 + 8.0 * _UNIT)
     f_low = np.min(f_abs, axis=-1) * (1.0 - 8.0 * _UNIT)
     return a_sum, g_max, f_low, np.min(f_nt, axis=-1)
+
+
+# --------------------------------------------------------------------------- the compact rounds
+
+
+def _ws_w(fwd: Forward, z: FloatArray) -> FloatArray | None:
+    """``w = e^z`` as the fast path formed it (``w_top = 1``), when ``fwd.aux`` is the fast path's compact
+    form (no stored ``rho``); else None."""
+    if "rho" in fwd.aux:
+        return None
+    rows, top = np.arange(z.shape[0]), fwd.aux["top"].astype(np.int64)
+    w = np.exp(z)
+    w[rows, top] = 1.0
+    return w
+
+
+def _ws_rounds(
+    fwd: Forward, z: FloatArray, t: int, w: FloatArray | None = None
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Round ``t``'s ``s``, ``f``, ``rho = e^z / S`` and ``c = 1 - s`` (``(B, n)`` each): stored, or
+    formed from the fast path's compact aux exactly as it formed them (``rho = w fl(1 / S)``, ``c = 1 -
+    s`` but ``c_top = X / S``; ``w`` from :func:`_ws_w`)."""
+    aux = fwd.aux
+    if "rho" in aux:
+        return aux["s"][:, t], aux["f"][:, t], aux["rho"][:, t], aux["c"][:, t]
+    w = _ws_w(fwd, z) if w is None else w
+    assert w is not None
+    s = aux["s"][:, t]
+    rho = w * aux["inv"][:, t, None]
+    c = 1.0 - s
+    rows = np.arange(z.shape[0])
+    c[rows, aux["top"].astype(np.int64)] = aux["c_top"][:, t]
+    return s, aux["f"][:, t], rho, c
+
+
+def _ws_expand(fwd: Forward, z: FloatArray, k: int) -> None:
+    """Replace the fast path's compact aux by stored ``rho`` and ``c`` stacks (as the faithful path keeps
+    them), in place: needed before merging with faithful rows."""
+    if "rho" in fwd.aux:
+        return
+    w = _ws_w(fwd, z)
+    rho, c = np.empty_like(fwd.aux["s"]), np.empty_like(fwd.aux["s"])
+    for t in range(k):
+        _, _, rho[:, t], c[:, t] = _ws_rounds(fwd, z, t, w)
+    for name in ("inv", "c_top", "top"):
+        del fwd.aux[name]
+    fwd.aux["rho"], fwd.aux["c"] = rho, c
+
+
+def _ws_expand_rows(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
+    """The ``s``, ``f``, ``rho``, ``c`` stacks ``(b, k, n)`` on ``rows`` (formed from the compact aux if
+    need be, as :func:`_ws_rounds` does)."""
+    aux = fwd.aux
+    out = {name: aux[name][rows] for name in ("s", "f")}
+    if "rho" in aux:
+        out["rho"], out["c"] = aux["rho"][rows], aux["c"][rows]
+        return out
+    w = _ws_w(fwd, z)
+    assert w is not None
+    out["rho"] = w[rows][:, None, :] * aux["inv"][rows][:, :, None]
+    c = 1.0 - out["s"]
+    top = aux["top"][rows].astype(np.int64)
+    c[np.arange(top.size), :, top] = aux["c_top"][rows]
+    out["c"] = c
+    return out
+
+
+def _ws_vjp_compact(fwd: Forward, w: FloatArray, k: int, qbar: FloatArray) -> FloatArray:
+    """:func:`~topk_cli.operators.weighted_softmax._ws_vjp` on the fast path's compact aux (``qbar = -v``, updated in place): the same reverse
+    mode, with ``rho = w / S`` and ``c = 1 - s`` folded into the updates (``s_i X_i - c_i g_i = s_i
+    total - g_i`` where ``X_i = total - g_i``), so that neither is formed as an array."""
+    aux = fwd.aux
+    rows = np.arange(w.shape[0])
+    top = aux["top"].astype(np.int64)
+    zbar = np.zeros_like(qbar)
+    g = np.empty_like(qbar)
+    for t in reversed(range(k)):
+        s, f, c_top = aux["s"][:, t], aux["f"][:, t], aux["c_top"][:, t]
+        np.multiply(s, qbar, out=g)  # minus the cotangent of c dz - X
+        total = g.sum(axis=1)
+        # X_i = sum_{j != i} g_j is total - g_i except at the entry of largest |g| (the only one that
+        # can dominate the total), summed directly without it (as _exclusive_sum does)
+        big = np.argmax(np.abs(g), axis=1)
+        g_big = g[rows, big]
+        g[rows, big] = 0.0
+        rest = g.sum(axis=1)
+        g[rows, big] = g_big
+        s_big, s_top, g_top = s[rows, big], s[rows, top], g[rows, top]
+        zbar_big, zbar_top = zbar[rows, big], zbar[rows, top]
+        zbar += s * total[:, None]
+        zbar -= g
+        # the two entries with their own terms: the top (c_top = X / S, stored), then the entry of largest
+        # |g| (X = rest; its c is c_top if it is the top)
+        zbar[rows, top] = zbar_top + s_top * (total - g_top) - c_top * g_top
+        zbar[rows, big] = zbar_big + s_big * rest - np.where(big == top, c_top, 1.0 - s_big) * g_big
+        qbar *= f
+        qbar += w * (aux["inv"][:, t] * total)[:, None]
+    return zbar
 
 
 #: Terms added per level by :func:`_tree_sum`.
