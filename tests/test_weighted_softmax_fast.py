@@ -8,8 +8,8 @@ import pytest
 from test_sequential import ref
 
 import topk_cli as st
+from topk_cli.operators import _weighted_softmax_fast as wsf
 from topk_cli.operators import weighted_softmax as ws
-from topk_cli.operators import weighted_softmax_fast as wsf
 
 
 def _z(rng: np.random.Generator, shape: tuple[int, int], scale: float) -> np.ndarray:

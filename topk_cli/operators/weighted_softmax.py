@@ -32,7 +32,7 @@ from topk_cli.operators._logsigned import (
     _to_linear,
 )
 from topk_cli.operators._logspace import logsumexp_exclusive
-from topk_cli.operators.weighted_softmax_fast import (
+from topk_cli.operators._weighted_softmax_fast import (
     FAST_MAX_GAP,
     _ws_expand,
     _ws_expand_rows,
@@ -47,13 +47,13 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     """``k`` rounds of ``p <- p + q e^z / sum(q e^z)`` with ``q = 1 - p``, certified fast or faithful.
 
     Rows without masked entries whose gap ``max z - min z`` is at most
-    :data:`~topk_cli.operators.weighted_softmax_fast.FAST_MAX_GAP` first go through
-    :func:`~topk_cli.operators.weighted_softmax_fast.ws_fast` (plain float64 rounds with a rigorous
+    :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP` first go through
+    :func:`~topk_cli.operators._weighted_softmax_fast.ws_fast` (plain float64 rounds with a rigorous
     error bound); the rows it cannot certify, and the others, are computed by :func:`_ws_faithful`.
     ``aux["fast"]`` is 1.0 on the rows the fast path returned. Their ``aux`` has no log-space copies
     (:func:`_ws_log_aux` derives them) and, when every row is fast, keeps ``rho`` and ``c`` compactly
-    (:func:`~topk_cli.operators.weighted_softmax_fast._ws_rounds` forms them); a mixed batch gets them
-    stored (:func:`~topk_cli.operators.weighted_softmax_fast._ws_expand`).
+    (:func:`~topk_cli.operators._weighted_softmax_fast._ws_rounds` forms them); a mixed batch gets them
+    stored (:func:`~topk_cli.operators._weighted_softmax_fast._ws_expand`).
 
     >>> weighted_softmax_topk(np.array([[0.0, -1.0]]), 1).p.round(4)
     array([[0.7311, 0.2689]])
