@@ -43,14 +43,17 @@ went unflagged; rare rows are over-estimated ~1e3-fold. Rows whose estimate exce
 crossed it, ``value`` the estimate, and the message says which round amplified the errors most
 and why).
 
-Fast path (``iterative``). The rounds are first run in plain float64 with a rigorous forward
-error bound (see :func:`~topk_cli.operators.iterative._it_fast`); only rows it proves accurate to
-well within the tolerance (``p`` to 1e-12 absolute, every ``1 - p_i`` to 1e-10 relative) are
-returned from it, the others are recomputed faithfully as above, row by row.
+Fast paths (both methods). The rounds are first run in plain float64 with a rigorous forward
+error bound (:func:`~topk_cli.operators._iterative_fast._it_fast`,
+:func:`~topk_cli.operators._weighted_softmax_fast.ws_fast`, which carries ``1 - p`` as a product);
+only rows it proves accurate to well within the tolerance (``p`` to 1e-12 absolute, every
+``1 - p_i`` to 1e-10 relative) are returned from it, the others are recomputed faithfully as above,
+row by row.
 
 Derivatives (with respect to ``z``; the public API divides by ``tau``): the Jacobian is forward
 mode through the ``k`` rounds, ``O(k n^2)`` per row; the VJP is reverse mode, ``O(k n)`` time
-per row but it stores the ``k`` rounds, ``O(B k n)`` memory (kept in ``Forward.aux``). Both use
+per row; ``weighted-softmax`` stores the ``k`` rounds, ``O(B k n)`` memory (kept in
+``Forward.aux``), ``iterative`` keeps none and recomputes them for its derivatives. Both use
 the accurate complements and exclusive sums, so saturated entries keep their (tiny) relative
 accuracy. For ``weighted-softmax`` they use ``e^{z_i} / S``, which overflows once a gap in
 ``z`` exceeds ~709 (e.g. ``tau`` below 1/709 of the spread) while the quantities it multiplies

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators._base import FloatArray, Forward, Implementation, _combine_rows
 from topk_cli.operators._logsigned import (
     _LOG_NOISE,
     _NEG_INF,
@@ -32,9 +32,49 @@ from topk_cli.operators._logsigned import (
     _to_linear,
 )
 from topk_cli.operators._logspace import logsumexp_exclusive
+from topk_cli.operators._weighted_softmax_fast import (
+    FAST_MAX_GAP,
+    _ws_expand,
+    _ws_expand_rows,
+    _ws_rounds,
+    _ws_vjp_compact,
+    _ws_w,
+    ws_fast,
+)
 
 
 def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
+    """``k`` rounds of ``p <- p + q e^z / sum(q e^z)`` with ``q = 1 - p``, certified fast or faithful.
+
+    Rows without masked entries whose gap ``max z - min z`` is at most
+    :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP` first go through
+    :func:`~topk_cli.operators._weighted_softmax_fast.ws_fast` (plain float64 rounds with a rigorous
+    error bound); the rows it cannot certify, and the others, are computed by :func:`_ws_faithful`.
+    ``aux["fast"]`` is 1.0 on the rows the fast path returned. Their ``aux`` has no log-space copies
+    (:func:`_ws_log_aux` derives them) and, when every row is fast, keeps ``rho`` and ``c`` compactly
+    (:func:`~topk_cli.operators._weighted_softmax_fast._ws_rounds` forms them); a mixed batch gets them
+    stored (:func:`~topk_cli.operators._weighted_softmax_fast._ws_expand`).
+
+    >>> weighted_softmax_topk(np.array([[0.0, -1.0]]), 1).p.round(4)
+    array([[0.7311, 0.2689]])
+    """
+    with np.errstate(invalid="ignore"):  # -inf - -inf on fully masked input: not eligible
+        eligible = np.isfinite(z).all(axis=-1) & (np.max(z, axis=-1) == 0.0) & (np.min(z, axis=-1) >= -FAST_MAX_GAP)
+    if not eligible.any():
+        return _ws_faithful(z, k)
+    rows = np.flatnonzero(eligible)
+    fast = ws_fast(z if eligible.all() else z[rows], k)
+    rescue = np.concatenate([np.flatnonzero(~eligible), rows[fast.aux["fast"] == 0]])
+    if rescue.size == 0:
+        return fast
+    slow = _ws_faithful(z[rescue], k)
+    _ws_expand(fast, z if eligible.all() else z[rows], k)
+    # the faithful part first, as it carries every aux key (the log-space copies stay 0 on fast rows),
+    # then the fast part, then the faithful part again over the fast path's uncertified rows
+    return _combine_rows(z.shape[0], [(rescue, slow), (rows, fast), (rescue, slow)])
+
+
+def _ws_faithful(z: FloatArray, k: int) -> Forward:
     """``k`` rounds of ``p <- p + q e^z / sum(q e^z)`` with ``q = 1 - p``, in signed log space.
 
     Shapes: ``z`` is ``(B, n)`` (see ``_base``); ``p`` and ``q`` are ``(B, n)``, ``sum p = k``.
@@ -42,7 +82,7 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     ``(1.5, 0.5, 0, ...)``. Rows where the normaliser ``S`` vanishes (a pole) get code ``"inf"``,
     rows whose estimated error exceeds :data:`ILL_CONDITIONED_TOLERANCE` ``"ill-conditioned"``.
 
-    >>> weighted_softmax_topk(np.array([[0.0, -3000.0, -6000.0]]), 2).p.round(4)
+    >>> _ws_faithful(np.array([[0.0, -3000.0, -6000.0]]), 2).p.round(4)
     array([[1.5, 0.5, 0. ]])
     """
     bsz = z.shape[0]
@@ -122,6 +162,7 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
         lq = np.where(sq == 0, _NEG_INF, lq)
     fwd.p = np.where(masked, 0.0, _to_linear(sp, lp))
     fwd.aux = {name: np.stack(vals, axis=1) for name, vals in steps.items()}  # (B, k, n)
+    fwd.aux["fast"] = np.zeros(bsz)
     err.report(fwd, z, "weighted-softmax", lambda b: _ws_explain(err.cause, b))
     fwd.q = np.where(masked, 1.0, _ws_complement(fwd.p, sq, lq, err))
     return fwd
@@ -243,13 +284,36 @@ def _ws_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 _LOG_JACOBIAN_GROWTH = 16.0
 
 
-def _ws_log_jacobian_error(fwd: Forward, k: int, rows: NDArray[np.bool_]) -> FloatArray:
+def _ws_log_jacobian_error(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_]) -> FloatArray:
     """Per row, the error bound of :func:`_ws_jacobian_log` (in units of ``1/tau``)."""
     big = np.zeros(int(rows.sum()))
+    aux = _ws_log_aux(fwd, z, rows)
     for name in ("lf", "lrho", "ls", "lc"):
-        vals = fwd.aux[name][rows]
+        vals = aux[name]
         big = np.maximum(big, np.max(np.where(np.isfinite(vals), np.abs(vals), 0.0), axis=(1, 2)))
     return _LOG_JACOBIAN_GROWTH * k * _UNIT * big
+
+
+def _ws_log_aux(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
+    """The log-space copies of the rounds (``lf``, ``sf``, ``lrho``, ``ls``, ``ss``, ``lc``, ``sc``, with
+    ``rho``) on ``rows``: as stored by the faithful path, derived from the linear ``f``, ``rho``, ``s``,
+    ``c`` on the fast path's rows (those are relatively accurate and finite there, so their logs are as
+    good as the faithful ones)."""
+    fast = fwd.aux.get("fast", np.zeros(fwd.p.shape[0]))[rows] > 0
+    if not fast.any():
+        return {name: fwd.aux[name][rows] for name in ("lf", "sf", "lrho", "rho", "ls", "ss", "lc", "sc")}
+    sub = _ws_expand_rows(fwd, z, rows)
+    out = {"rho": sub["rho"]}
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # log 0 = -inf: an exact zero
+        for lname, sname, lin in (("lf", "sf", "f"), ("lrho", "", "rho"), ("ls", "ss", "s"), ("lc", "sc", "c")):
+            vals = sub[lin]
+            out[lname] = np.log(np.abs(vals))
+            if sname:
+                out[sname] = np.sign(vals)
+    if not fast.all():
+        for name in ("lf", "sf", "lrho", "ls", "ss", "lc", "sc"):
+            out[name] = np.where(fast[:, None, None], out[name], fwd.aux[name][rows])
+    return out
 
 
 def _ws_jacobian_log(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_]) -> FloatArray:
@@ -264,8 +328,8 @@ def _ws_jacobian_log(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_
     sdq, ldq = np.zeros((bsz, n, n)), np.full((bsz, n, n), _NEG_INF)
     # rows whose logs are too large for float64 to give the derivative to the tolerance are NaN
     # (refused by the caller) rather than returned wrong
-    unresolved = _ws_log_jacobian_error(fwd, k, rows) > ILL_CONDITIONED_TOLERANCE
-    aux = {name: fwd.aux[name][rows] for name in ("lf", "sf", "lrho", "rho", "ls", "ss", "lc", "sc")}
+    unresolved = _ws_log_jacobian_error(fwd, z, k, rows) > ILL_CONDITIONED_TOLERANCE
+    aux = _ws_log_aux(fwd, z, rows)
     diag = eye > 0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # -inf logs are exact zeros
         for t in range(k):
@@ -292,9 +356,9 @@ def _ws_jacobian_linear(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     live = np.isfinite(z)
     eye = np.broadcast_to(np.eye(n), (bsz, n, n)) * live[:, :, None] * live[:, None, :]
     dq = np.zeros((bsz, n, n))
-    aux = fwd.aux
+    w = _ws_w(fwd, z)
     for t in range(k):
-        s, f, rho, c = (aux[name][:, t, :, None] for name in ("s", "f", "rho", "c"))
+        s, f, rho, c = (a[:, :, None] for a in _ws_rounds(fwd, z, t, w))
         x_excl = _exclusive_sum(s * eye)
         y = np.sum(np.where(live[:, :, None], rho * dq, 0.0), axis=1, keepdims=True)
         dq = f * dq - s * (c * eye - x_excl - y)
@@ -306,16 +370,33 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     """Reverse mode through the rounds stored in ``fwd.aux`` (the transpose of the Jacobian's
     forward mode): ``O(k n)`` time per row."""
     live = np.isfinite(z)
-    qbar = np.where(live, -v, 0.0)[:, :, None]
+    masked = not live.all()  # without masked entries the stored rounds are all finite: no masking needed
+    rows = np.arange(z.shape[0])
+    qbar = np.where(live, -v, 0.0)
+    w = _ws_w(fwd, z)
+    if w is not None:  # every row from the fast path (no masked entries)
+        return _checked(_ws_vjp_compact(fwd, w, k, qbar), "weighted-softmax")
     zbar = np.zeros_like(qbar)
-    aux = fwd.aux
     for t in reversed(range(k)):
-        s, f, rho, c = (np.where(live, aux[name][:, t], 0.0)[:, :, None] for name in ("s", "f", "rho", "c"))
-        g = -s * qbar
-        zbar += c * g - s * _exclusive_sum(g)
-        qbar = f * qbar - rho * np.sum(g, axis=1, keepdims=True)
-        qbar = np.where(live[:, :, None], qbar, 0.0)
-    out = zbar[:, :, 0]
+        s, f, rho, c = (np.where(live, a, 0.0) if masked else a for a in _ws_rounds(fwd, z, t, w))
+        g = s * qbar  # minus the cotangent of c dz - X (the signs are folded into the updates below)
+        # X_i = sum_{j != i} g_j: total minus own term, except for the entry of largest |g| (the only
+        # one that can dominate the total), summed directly without it (as _exclusive_sum does)
+        total = g.sum(axis=1)
+        top = np.argmax(np.abs(g), axis=1)
+        g_top = g[rows, top]
+        g[rows, top] = 0.0
+        rest = g.sum(axis=1)
+        g[rows, top] = g_top
+        x_excl = total[:, None] - g
+        x_excl[rows, top] = rest
+        zbar -= c * g
+        zbar += s * x_excl
+        qbar = f * qbar
+        qbar += rho * total[:, None]
+        if masked:
+            qbar = np.where(live, qbar, 0.0)
+    out = zbar
     bad = ~np.isfinite(out).all(axis=-1)
     # rows that overflowed (gaps beyond ~709): v^T J from the log-space Jacobian, one row at a
     # time (O(k n^2) for those rows only)

@@ -1,0 +1,314 @@
+"""``weighted-softmax`` in plain float64 with a rigorous forward error bound: the certified fast path
+in front of the faithful signed-log-space computation of :mod:`~topk_cli.operators.weighted_softmax`.
+
+Rows this path cannot certify are recomputed faithfully by the caller, row by row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from topk_cli.operators._base import FloatArray, Forward
+from topk_cli.operators._logsigned import _UNIT
+
+#: A row is returned from the fast path only if its certified bound on the absolute error of ``p`` is
+#: at most this (the faithful path is measured within 1e-12 on the rows it returns) ...
+FAST_P_BOUND = 1e-12
+#: ... and the bound on the relative error of every ``1 - p_i`` is at most this (the complement is
+#: reported relatively accurately, as the faithful path does).
+FAST_Q_BOUND = 1e-10
+#: Largest gap ``max z - min z`` of a row the fast path takes: ``e^{-700}`` (2^-1010) is a normal
+#: float64, so every ``e^{z_j}`` keeps its relative accuracy (products ``q_j e^{z_j}`` are guarded
+#: separately, see :data:`_TINY`).
+FAST_MAX_GAP = 700.0
+#: Error allowed for one float64 ``np.exp``, in units of ``u``: 4 ulps (8 u), a generous margin over
+#: the < 1 ulp of glibc's ``exp`` and numpy's vectorised one (``exp(0) = 1`` is exact).
+_EXP_ERR = 8.0
+#: Smallest ``|q_i| e^{z_i}`` (a lower bound, per row) the relative bounds hold for: products and
+#: quotients above the float64 normal range (2^-1022) round to ``u`` relative.
+_TINY = 2.0**-1020
+
+
+def ws_fast(z: FloatArray, k: int) -> Forward:
+    """The ``k`` rounds of ``weighted-softmax`` in linear float64, with a certified error bound per row.
+
+    Rows must be free of masked entries, have ``max z = 0`` and ``min z >= -``:data:`FAST_MAX_GAP`.
+    One ``exp`` pass for the whole computation: ``w = e^z`` (``w_top = 1`` exactly for the first
+    maximal entry, "top"). Per round, ``u = q w``, ``X = sum_{j != top} u_j`` (:func:`_tree_sum`),
+    ``S = X + q_top``, ``s = u / S``, ``p <- p + s`` and ``q_i <- q_i f_i`` with ``f_i = 1 - w_i / S``
+    (``= V_i / S``, ``V_i = S - w_i``), except for the top entry, whose ``V_top = X - (1 - q_top)`` is
+    formed without subtracting ``w_top`` from a sum that contains it (``f_top`` is relatively accurate
+    even when the top entry saturates). ``q`` is thus carried as a product, never as ``1 - p``.
+
+    The bound (each float64 operation ``u = 2^-53`` relative; ``exp`` :data:`_EXP_ERR` ``u``; a sum of
+    ``m`` terms in any order ``(m - 1) u`` of the sum of the magnitudes, ``gamma`` for :func:`_tree_sum`)
+    tracks per row ``r`` (non-top entries) and ``r_top``, bounds on the relative errors of ``q``, and
+    ``e_p``, a bound on the absolute error of ``p``. With ``A = sum_{j != top} |u_j|``:
+
+    * ``|dS| <= (r + eps_exp + u + gamma) A + r_top |q_top| + u |S|``; ``rho_S = |dS| / |S|``;
+    * non-top ``f_i = 1 - w_i / S``: relative error ``G (eps_exp + rho_S + 2 u) + u`` with
+      ``G = max_{i != top} w_i / |S f_i|`` (first order: ``d f_i / f_i = (w_i / V_i)(dS / S - dw_i / w_i)``);
+      where ``S > w_2`` (the largest non-top ``w``), ``G = w_2 / (S - w_2)`` with no pass over the row;
+    * ``f_top = (X - (1 - q_top)) / S``: relative error ``(|dX| + r_top |q_top|) / |S V_top| + u
+      |1 - q_top| / |V_top| + 4 u`` (``S - V_top = 1``: errors of ``X`` and ``q_top`` enter both and
+      mostly cancel);
+    * ``r <- r + (error of f) + u``, likewise ``r_top``;
+    * ``s_top = q_top / (q_top + X)``: relative error ``r_top |1 - s_top| + |dX| / |S| + 3 u`` (the error
+      of ``q_top`` enters ``S`` too: a saturated ``s_top`` stays accurate to ``O(u)``);
+    * ``e_p <- e_p + max(|s_top| (error of s_top), (kappa_S - |s_top|)(r + eps_exp + rho_S + 3 u)) + u P``,
+      ``kappa_S = (A + |q_top|) / |S| = sum_i |s_i|`` (so ``kappa_S - |s_top| >= max_{i != top} |s_i|``)
+      and ``P = sum kappa_S >= max |p_i|``; where every ``q_i`` stays positive, every ``s_i >= 0`` and
+      ``p_i = sum_t s_i < 1``, so ``e_p`` is also at most the largest relative error of an ``s_i`` plus
+      ``k u`` (the smaller of the two is kept: the second does not grow as ``k^2``).
+
+    First-order terms carry a factor 1.01: a row is only certified when every relative error above is
+    below 1e-6 (those of ``q`` and ``f`` by the final checks, those of ``S`` and ``V_top`` by checks in
+    every round), so the neglected second-order terms are below 1e-6 of the first-order ones.
+    ``|q_i| w_i`` stays above :data:`_TINY` (tracked through the lower bound ``min |f_i|``), so no
+    product underflows; a subnormal ``s_i`` adds at most ``2^-1074`` to ``p``, far inside the final
+    ``1 + 32 k u``, which covers the rounding of the bound itself.
+
+    A row is returned (``aux["fast"] = 1``) when ``e_p <=`` :data:`FAST_P_BOUND` and ``r, r_top <=``
+    :data:`FAST_Q_BOUND`; ``aux["error_estimate"]`` is then ``e_p``. ``aux`` holds ``s`` and ``f`` per
+    round as the faithful path does, but ``rho = e^z / S`` and ``c = 1 - s`` only compactly: ``1 / S``
+    (``inv``) and ``c_top = X / S`` per round and the ``top`` entry (fewer pages to fault in: see
+    :func:`_ws_rounds`), and none of the log-space copies (see
+    :func:`~topk_cli.operators.weighted_softmax._ws_log_aux`).
+    """
+    bsz, n = z.shape
+    u = _UNIT
+    rows = np.arange(bsz)
+    top = np.argmax(z, axis=-1)
+    w = np.exp(z)
+    w[rows, top] = 1.0
+    w_min = np.min(w, axis=-1)
+    w_rest = w.copy()
+    w_rest[rows, top] = -np.inf
+    w2 = np.maximum(np.max(w_rest, axis=-1), 0.0) if n > 1 else np.zeros(bsz)  # largest non-top w
+    del w_rest
+    p, q = np.zeros_like(z), np.ones_like(z)
+    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "f")}
+    inv_all, c_top_all = np.empty((bsz, k)), np.empty((bsz, k))
+    eps_w = _EXP_ERR * u
+    gamma = 1.01 * (_tree_sum_depth(n) + 1) * u
+    r = np.zeros(bsz)  # relative error of the non-top q
+    r_top = np.zeros(bsz)  # relative error of q_top
+    e_p = np.zeros(bsz)  # absolute error of p
+    p_max = np.zeros(bsz)  # bound on max |p|
+    q_low = np.ones(bsz)  # lower bound on min_{i != top} |q_i|
+    positive = np.ones(bsz, dtype=bool)  # every non-top q > 0 (then A = X)
+    all_positive = np.ones(bsz, dtype=bool)  # every q > 0 in every round so far
+    err_s_max = np.zeros(bsz)  # largest relative error of an s_i so far
+    ok = np.ones(bsz, dtype=bool)
+    uu = np.empty_like(z)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # blown-up bounds: not certified
+        for t in range(k):
+            q_top = q[rows, top]
+            np.multiply(q, w, out=uu)
+            uu[rows, top] = 0.0
+            x_sum = _tree_sum(uu)
+            total = x_sum + q_top
+            inv = 1.0 / total
+            s, f = stacks["s"][:, t], stacks["f"][:, t]
+            np.multiply(uu, inv[:, None], out=s)
+            s[rows, top] = q_top * inv
+            np.multiply(w, -inv[:, None], out=f)  # -fl(w / S), exactly
+            f += 1.0
+            one_minus = 1.0 - q_top
+            v_top = x_sum - one_minus
+            f[rows, top] = v_top * inv
+            c_top = x_sum * inv
+            inv_all[:, t], c_top_all[:, t] = inv, c_top
+            # the bound for this round
+            s_abs = np.abs(total)
+            shortcut = positive & (total > w2 * (1.0 + 8.0 * u))
+            a_sum = x_sum * (1.0 + gamma)
+            # computed f_i = fl(1 - fl(w_i fl(1 / S))) >= (1 - (w_2 / S)(1 + 3 u))(1 - u) > 0 there
+            g_max = w2 / (total - w2 * (1.0 + 4.0 * u)) * (1.0 + 4.0 * u)
+            f_low = (1.0 - w2 * inv * (1.0 + 8.0 * u)) * (1.0 - 4.0 * u)
+            slow = np.flatnonzero(~shortcut)
+            if slow.size:  # S below some w_i, or some q_i < 0: per-entry passes on those rows
+                a_sum[slow], g_max[slow], f_low[slow], f_min = _general_terms(uu[slow], w[slow], f[slow], top[slow],
+                                                                            s_abs[slow], gamma)
+                positive[slow] &= f_min > 0
+            d_x = (1.01 * (r + eps_w + u) + gamma) * a_sum
+            d_s = d_x + r_top * np.abs(q_top) + u * s_abs
+            rho_s = d_s / s_abs
+            err_f = 1.01 * g_max * (eps_w + rho_s + 2.0 * u) + u
+            v_abs = np.abs(v_top)
+            err_v_top = (d_x + r_top * np.abs(q_top) + u * np.abs(one_minus)) / v_abs
+            err_f_top = 1.01 * ((d_x + r_top * np.abs(q_top)) / (s_abs * v_abs) + u * np.abs(one_minus) / v_abs) + 4.0 * u
+            kappa = (a_sum + np.abs(q_top)) / s_abs
+            p_max += kappa
+            s_top = np.abs(q_top * inv)
+            err_s_top = r_top * np.abs(c_top) + d_x / s_abs + 3.0 * u
+            err_s = r + eps_w + rho_s + 3.0 * u  # relative error of the non-top s_i
+            e_p += 1.01 * np.maximum(s_top * err_s_top, (kappa - s_top) * err_s) + u * p_max
+            err_s_max = np.maximum(err_s_max, np.maximum(err_s_top, err_s))
+            all_positive &= positive & (q_top > 0) & (total > 0)
+            r = r + 1.01 * err_f + u
+            r_top = r_top + err_f_top + u
+            ok &= (err_v_top <= 1e-6) & (rho_s <= 1e-6) & (np.abs(q_top) >= _TINY) & (q_low * w_min >= _TINY)
+            q_low = q_low * f_low
+            p += s
+            q *= f
+        # with every q_i > 0 in every round, every s_i >= 0 and p_i = sum_t s_i < 1: the errors of the
+        # s_i add up to at most the largest relative one (and the additions to p to k u)
+        all_positive &= positive & (q[rows, top] > 0)
+        e_p = np.where(all_positive, np.minimum(e_p, 1.01 * err_s_max + k * u), e_p)
+        slack = 1.0 + 32.0 * k * u
+        e_p *= slack
+        certified = (ok & (e_p <= FAST_P_BOUND) & (slack * r <= FAST_Q_BOUND) & (slack * r_top <= FAST_Q_BOUND)
+                     & (np.abs(q[rows, top]) >= _TINY) & (q_low * w_min >= _TINY))
+    fwd = Forward(p=p, q=q)
+    fwd.aux = {**stacks, "inv": inv_all, "c_top": c_top_all, "top": top.astype(np.float64), "error_estimate": e_p,
+               "fast": certified.astype(np.float64)}
+    return fwd
+
+
+def _general_terms(
+    uu: FloatArray, w: FloatArray, f: FloatArray, top: np.ndarray, s_abs: FloatArray, gamma: float
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The round's row terms of :func:`ws_fast` by passes over the entries (rows where the shortcut
+    ``S > w_2``, all ``q > 0`` does not hold): ``A = sum_{j != top} |u_j|`` (bounded above, ``u_top`` is
+    0 in ``uu``), ``G = max_{i != top} w_i / |S f_i|``, ``min_{i != top} |f_i|`` and ``min_{i != top} f_i``."""
+    rows = np.arange(uu.shape[0])
+    a_sum = _tree_sum(np.abs(uu)) * (1.0 + gamma)
+    f_nt = f.copy()
+    f_nt[rows, top] = np.inf
+    f_abs = np.abs(f_nt)
+    ratio = w / f_abs
+    ratio[rows, top] = 0.0
+    g_max = np.max(ratio, axis=-1) / s_abs * (1.0 + 8.0 * _UNIT)
+    f_low = np.min(f_abs, axis=-1) * (1.0 - 8.0 * _UNIT)
+    return a_sum, g_max, f_low, np.min(f_nt, axis=-1)
+
+
+# --------------------------------------------------------------------------- the compact rounds
+
+
+def _ws_w(fwd: Forward, z: FloatArray) -> FloatArray | None:
+    """``w = e^z`` as the fast path formed it (``w_top = 1``), when ``fwd.aux`` is the fast path's compact
+    form (no stored ``rho``); else None."""
+    if "rho" in fwd.aux:
+        return None
+    rows, top = np.arange(z.shape[0]), fwd.aux["top"].astype(np.int64)
+    w = np.exp(z)
+    w[rows, top] = 1.0
+    return w
+
+
+def _ws_rounds(
+    fwd: Forward, z: FloatArray, t: int, w: FloatArray | None = None
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Round ``t``'s ``s``, ``f``, ``rho = e^z / S`` and ``c = 1 - s`` (``(B, n)`` each): stored, or
+    formed from the fast path's compact aux exactly as it formed them (``rho = w fl(1 / S)``, ``c = 1 -
+    s`` but ``c_top = X / S``; ``w`` from :func:`_ws_w`)."""
+    aux = fwd.aux
+    if "rho" in aux:
+        return aux["s"][:, t], aux["f"][:, t], aux["rho"][:, t], aux["c"][:, t]
+    w = _ws_w(fwd, z) if w is None else w
+    assert w is not None
+    s = aux["s"][:, t]
+    rho = w * aux["inv"][:, t, None]
+    c = 1.0 - s
+    rows = np.arange(z.shape[0])
+    c[rows, aux["top"].astype(np.int64)] = aux["c_top"][:, t]
+    return s, aux["f"][:, t], rho, c
+
+
+def _ws_expand(fwd: Forward, z: FloatArray, k: int) -> None:
+    """Replace the fast path's compact aux by stored ``rho`` and ``c`` stacks (as the faithful path keeps
+    them), in place: needed before merging with faithful rows."""
+    if "rho" in fwd.aux:
+        return
+    w = _ws_w(fwd, z)
+    rho, c = np.empty_like(fwd.aux["s"]), np.empty_like(fwd.aux["s"])
+    for t in range(k):
+        _, _, rho[:, t], c[:, t] = _ws_rounds(fwd, z, t, w)
+    for name in ("inv", "c_top", "top"):
+        del fwd.aux[name]
+    fwd.aux["rho"], fwd.aux["c"] = rho, c
+
+
+def _ws_expand_rows(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dict[str, FloatArray]:
+    """The ``s``, ``f``, ``rho``, ``c`` stacks ``(b, k, n)`` on ``rows`` (formed from the compact aux if
+    need be, as :func:`_ws_rounds` does)."""
+    aux = fwd.aux
+    out = {name: aux[name][rows] for name in ("s", "f")}
+    if "rho" in aux:
+        out["rho"], out["c"] = aux["rho"][rows], aux["c"][rows]
+        return out
+    w = _ws_w(fwd, z)
+    assert w is not None
+    out["rho"] = w[rows][:, None, :] * aux["inv"][rows][:, :, None]
+    c = 1.0 - out["s"]
+    top = aux["top"][rows].astype(np.int64)
+    c[np.arange(top.size), :, top] = aux["c_top"][rows]
+    out["c"] = c
+    return out
+
+
+def _ws_vjp_compact(fwd: Forward, w: FloatArray, k: int, qbar: FloatArray) -> FloatArray:
+    """:func:`~topk_cli.operators.weighted_softmax._ws_vjp` on the fast path's compact aux (``qbar = -v``, updated in place): the same reverse
+    mode, with ``rho = w / S`` and ``c = 1 - s`` folded into the updates (``s_i X_i - c_i g_i = s_i
+    total - g_i`` where ``X_i = total - g_i``), so that neither is formed as an array."""
+    aux = fwd.aux
+    rows = np.arange(w.shape[0])
+    top = aux["top"].astype(np.int64)
+    zbar = np.zeros_like(qbar)
+    g = np.empty_like(qbar)
+    for t in reversed(range(k)):
+        s, f, c_top = aux["s"][:, t], aux["f"][:, t], aux["c_top"][:, t]
+        np.multiply(s, qbar, out=g)  # minus the cotangent of c dz - X
+        total = g.sum(axis=1)
+        # X_i = sum_{j != i} g_j is total - g_i except at the entry of largest |g| (the only one that
+        # can dominate the total), summed directly without it (as _exclusive_sum does)
+        big = np.argmax(np.abs(g), axis=1)
+        g_big = g[rows, big]
+        g[rows, big] = 0.0
+        rest = g.sum(axis=1)
+        g[rows, big] = g_big
+        s_big, s_top, g_top = s[rows, big], s[rows, top], g[rows, top]
+        zbar_big, zbar_top = zbar[rows, big], zbar[rows, top]
+        zbar += s * total[:, None]
+        zbar -= g
+        # the two entries with their own terms: the top (c_top = X / S, stored), then the entry of largest
+        # |g| (X = rest; its c is c_top if it is the top)
+        zbar[rows, top] = zbar_top + s_top * (total - g_top) - c_top * g_top
+        zbar[rows, big] = zbar_big + s_big * rest - np.where(big == top, c_top, 1.0 - s_big) * g_big
+        qbar *= f
+        qbar += w * (aux["inv"][:, t] * total)[:, None]
+    return zbar
+
+
+#: Terms added per level by :func:`_tree_sum`.
+_TREE_WIDTH = 16
+
+
+def _tree_sum(x: FloatArray) -> FloatArray:
+    """Row sums of ``x`` (``(B, n)``) in levels of :data:`_TREE_WIDTH` terms: each level adds ``16``
+    contiguous slices elementwise (the leftover columns onto the first ones, at most ``m`` at a time), until ``16`` or fewer
+    partial sums are left. Whatever order numpy adds in within each level, the error is at most
+    ``_tree_sum_depth(n) u`` times the sum of the magnitudes (``m`` terms in any order: ``(m - 1) u``);
+    for ``n = 1000`` the depth is 34, against 93 for a two-level sum of ``sqrt(n)`` terms."""
+    bsz, n = x.shape
+    while n > _TREE_WIDTH:
+        m = n // _TREE_WIDTH
+        head = x[:, : m * _TREE_WIDTH].reshape(bsz, _TREE_WIDTH, m).sum(axis=1)
+        for start in range(m * _TREE_WIDTH, n, m):  # the leftover columns, at most m at a time
+            stop = min(start + m, n)
+            head[:, : stop - start] += x[:, start:stop]
+        x, n = head, m
+    return x.sum(axis=-1)
+
+
+def _tree_sum_depth(n: int) -> int:
+    """Additions on the longest path of :func:`_tree_sum` for ``n`` terms."""
+    depth = 0
+    while n > _TREE_WIDTH:
+        m = n // _TREE_WIDTH
+        depth += _TREE_WIDTH - 1 + -(-(n - m * _TREE_WIDTH) // m)
+        n = m
+    return depth + max(n - 1, 0)
