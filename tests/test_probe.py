@@ -331,3 +331,22 @@ def test_probe_overflowing_draws_are_refused_without_warnings():
         warnings.simplefilter("error")
         with pytest.raises(InvalidArgumentError, match="overflows float64"):
             stability_probe(methods=["thre-exp"], ns=[4], ks=[2], scales=[1e308], trials=2, offset=1e308)
+
+
+def test_shared_references_give_the_bits_of_fresh_ones() -> None:
+    """A unit computes each reference once per k (and the sequential definitions' steps once);
+    the shared results are bit for bit those of a fresh computation."""
+    from topk_cli.analysis.probe_grid import draw_scores
+    from topk_cli.references import ReferenceContext, f_sigmoid, threshold_bisection
+
+    assert threshold_bisection(f_sigmoid) is threshold_bisection(f_sigmoid)
+    assert st.METHODS["thre-sigmoid"].probe.compute is st.METHODS["ot-sinkhorn"].probe.compute
+    z = st.scaled_scores(3.0 * draw_scores(40, 6, dist="normal", seed=1), 1)
+    ctx = ReferenceContext(z, 7)
+    for k in (7, 1, 3):
+        for name in ("iterative", "weighted-softmax", "thre-sigmoid", "grad"):
+            fn = st.METHODS[name].probe.compute
+            shared, trusted = ctx.reference(fn, k)
+            fresh, fresh_trusted = fn(z.copy(), k, ReferenceContext(z.copy(), k))
+            assert np.array_equal(shared, fresh) and np.array_equal(trusted, fresh_trusted), (name, k)
+            assert ctx.reference(fn, k)[0] is shared

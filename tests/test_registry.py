@@ -175,6 +175,10 @@ def _toy_spec() -> MethodSpec:
 
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> MethodSpec:
+    # modules that snapshot the registry when first imported (the probe's default methods) must
+    # load before the patch, or they would keep the toy method after the test
+    import topk_cli.analysis.probe  # noqa: F401
+
     spec = _toy_spec()
     monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, spec.name: spec}))
     monkeypatch.setattr(registry, "ALIASES", MappingProxyType({**ALIASES, "toy": spec.name}))

@@ -226,3 +226,47 @@ def test_free_scale_lets_the_model_grow_its_scores() -> None:
     assert fixed.runs[0].curve != free.runs[0].curve
     assert free.runs[0].final > free.runs[0].curve[0][1] + 0.3
     assert train_probe_document(free)["config"]["scale"] == "free"
+
+
+def _two_pass_grad_x(method: str, x: np.ndarray, g_p: np.ndarray, k: int, tau: float, **params: int) -> np.ndarray:
+    """The backward pass as ``evaluate`` then ``vjp`` (which runs the forward pass again)."""
+    r = st.evaluate(x, k, method, tau=tau, **params)
+    assert r.ok
+    return st.vjp(x, k, g_p, method, tau=tau, **params)
+
+
+@pytest.mark.parametrize("method", SMOOTH)
+def test_backward_reuses_the_forward_pass_bit_for_bit(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One forward pass per step gives the bits of the two-pass evaluate + vjp, and when every
+    row succeeds the second forward pass is gone (``vjp`` is only called for fused methods)."""
+    from topk_cli.analysis.train_probe import training
+
+    task = TASKS["select"]
+    inst, theta = _instances("select", 8, seed=3)
+    params = {"seed": 5} if "seed" in {p.name for p in st.METHODS[method].parameters} else {}
+    x, _ = standardise(task.scores(theta, inst))
+    flat = x.reshape(-1, x.shape[-1])
+    p = st.evaluate(flat, task.k, method, tau=0.3, **params).weights.reshape(x.shape)
+    _, g_p = task.loss(p, inst)
+    expected = _two_pass_grad_x(method, flat, g_p.reshape(flat.shape), task.k, 0.3, **params)
+    seen: list[np.ndarray] = []
+    real_vjp = training.vjp
+
+    def spy(*args: object, **kw: object) -> np.ndarray:
+        seen.append(np.asarray(args[0]))
+        return real_vjp(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(training, "vjp", spy)
+    got: list[np.ndarray] = []
+    real_standardise_backward = training.standardise_backward
+
+    def capture(x_: np.ndarray, sd: np.ndarray, g_x: np.ndarray) -> np.ndarray:
+        got.append(g_x.reshape(flat.shape).copy())
+        return real_standardise_backward(x_, sd, g_x)
+
+    monkeypatch.setattr(training, "standardise_backward", capture)
+    out = backward(task, theta, inst, method, 0.3, params=params)
+    assert not out.refused.any()
+    assert got and np.array_equal(got[0], expected)
+    fused = st.METHODS[method].implementation.forward_vjp is not None and not params
+    assert bool(seen) == fused

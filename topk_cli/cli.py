@@ -42,6 +42,9 @@ class SoftTopKGroup(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        from topk_cli.cli_params import install_group
+
+        install_group(self)  # plain values are converted without importing pydantic (start-up time)
         code = _run_group(lambda: super(SoftTopKGroup, self).main(
             args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
             windows_expand_args=windows_expand_args, **extra,

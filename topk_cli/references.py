@@ -90,13 +90,31 @@ def esp_weights(tab: EspTables, k: int) -> FloatArray:
 class ReferenceContext:
     """Work shared by the references evaluated on one batch ``z`` (every ``k`` up to ``kmax``).
 
-    The GradTopK tables cost O(n kmax) per row and are built once, on first use.
+    The GradTopK tables cost O(n kmax) per row and are built once, on first use; so are the
+    steps of a sequential definition (step ``j`` does not depend on ``k``). :meth:`reference`
+    remembers each reference's result per ``k``, for methods judged against the same one.
     """
 
     def __init__(self, z: FloatArray, kmax: int) -> None:
         self.z = z
         self.kmax = max(int(kmax), 1)
         self._esp: EspTables | None = None
+        self._steps: dict[object, list[LongArray]] = {}
+        self._results: dict[tuple[object, int], tuple[FloatArray, BoolArray]] = {}
+
+    def reference(self, fn: ReferenceFn, k: int) -> tuple[FloatArray, BoolArray]:
+        """``fn(z, k, self)``, computed once per ``(fn, k)`` (the arrays are shared: read only)."""
+        key = (fn, int(k))
+        if key not in self._results:
+            self._results[key] = fn(self.z, k, self)
+        return self._results[key]
+
+    def steps(self, definition: Definition, zl: LongArray) -> list[LongArray]:
+        """The ``kmax`` steps of ``definition`` on ``zl`` (this context's ``z`` in extended
+        precision), computed once: the first ``k`` of them are the steps for ``k``."""
+        if definition not in self._steps:
+            self._steps[definition] = definition(zl, self.kmax)
+        return self._steps[definition]
 
     def esp(self) -> EspTables:
         """Full log-space tables of ``exp(z)`` up to degree ``kmax``."""
@@ -118,8 +136,13 @@ def grad_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatA
 # threshold operators: bisection on lambda
 
 
+_BISECTIONS: dict[Callable[[FloatArray], FloatArray], ReferenceFn] = {}
+
+
 def threshold_bisection(f: Callable[[FloatArray], FloatArray]) -> ReferenceFn:
     """Reference of ``p = f(z - lambda)``, ``sum p = k``, by bisection on lambda until the bracket stalls.
+
+    The same ``f`` gives the same function (methods judged against it share its results).
 
     ``f`` must be nondecreasing with ``f(t) ~ 1`` for ``t >= 40`` and ``n f(-log n - 1) < 1``
     (true of exp, sigmoid, the Laplace CDF and clipped powers). Rows are trusted where float64
@@ -145,7 +168,7 @@ def threshold_bisection(f: Callable[[FloatArray], FloatArray]) -> ReferenceFn:
         lam = 0.5 * (lo + hi)
         return f(z - lam[:, None]), np.spacing(np.abs(lam)) <= 1e-11
 
-    return reference
+    return _BISECTIONS.setdefault(f, reference)
 
 
 def f_exp(t: FloatArray) -> FloatArray:
@@ -184,7 +207,8 @@ def extended_precision(definition: Definition) -> ReferenceFn:
         zl = z.astype(np.longdouble)
         trusted = np.ones(z.shape[0], dtype=bool)
         with np.errstate(invalid="ignore", over="ignore"):  # rows that saturate become NaN: untrusted
-            steps = definition(zl, k)
+            shared = ctx.z is z and k <= ctx.kmax
+            steps = ctx.steps(definition, zl)[:k] if shared else definition(zl, k)
             for p in steps:
                 trusted &= np.min(np.abs(1 - p), axis=-1) > 1e-6
             p = steps[-1]

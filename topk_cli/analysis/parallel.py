@@ -75,7 +75,7 @@ def parallel_map(
                 progress(i + 1, total)
         return out
     results: dict[int, R] = {}
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init)
     try:
         order = schedule(items, cost)
         futures: dict[Future[R], int] = {pool.submit(fn, items[i]): i for i in order}
@@ -113,6 +113,18 @@ def schedule(items: Sequence[T], cost: Callable[[T], float] | None) -> list[int]
         return list(range(len(items)))
     costs = [float(cost(item)) for item in items]
     return sorted(range(len(items)), key=lambda i: -costs[i])
+
+
+def _worker_init() -> None:
+    """Give a worker the default action of SIGTERM (exit at once), whatever handler it inherited.
+
+    A handler that raises (the command line's, which unwinds so temporary files are removed)
+    would be caught by the pool's worker loop as the unit's error, and the worker would go on
+    with the units already queued to it: :func:`_terminate` could not stop it.
+    """
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _terminate(pool: ProcessPoolExecutor) -> None:

@@ -259,7 +259,7 @@ def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: int, tau: float
                 failed |= bad
     max_error = math.nan
     if spec.probe.compute is not None:
-        ref, trusted = spec.probe.compute(z, k, ctx)
+        ref, trusted = ctx.reference(spec.probe.compute, k) if ctx.z is z else spec.probe.compute(z, k, ctx)
         with np.errstate(invalid="ignore"):
             err = np.max(np.abs(p - ref), axis=-1)
             beyond = np.any(np.abs(p - ref) > tol + slack, axis=-1)
@@ -316,7 +316,8 @@ class _Unit:
     """One (n, scale, methods) unit of the probe's grid: everything its cells depend on.
 
     ``names`` are the methods that share work on this (n, scale): those judged against the same
-    reference function (``grad`` and ``grad-recursive`` share its log-space tables); every other
+    reference function (``grad`` and ``grad-recursive`` share its log-space tables,
+    ``thre-sigmoid`` and ``ot-sinkhorn`` its bisection, computed once per k); every other
     method is a unit of its own, so the units are small enough to balance over the jobs.
     """
 

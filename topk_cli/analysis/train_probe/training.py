@@ -1,9 +1,12 @@
 """Backprop through an operator with per-row refusals, and the seed-vectorised trainer.
 
-The forward pass goes through :func:`topk_cli.evaluate`; rows it refuses get zero gradient and
-are counted (never averaged in as NaN). The backward pass calls :func:`topk_cli.vjp` on the rows
-that succeeded; rows whose backward alone fails are dropped, counted as refused, and the call
-is retried without them.
+The forward pass is :func:`topk_cli.evaluate`'s (its preparation and per-row diagnosis); rows it
+refuses get zero gradient and are counted (never averaged in as NaN). When every row succeeded,
+the backward pass applies the method's VJP to that same forward pass, which is what
+:func:`topk_cli.vjp` computes after recomputing it (methods with a fused forward-and-VJP pass
+still go through ``vjp``). Otherwise it calls :func:`topk_cli.vjp` on the rows that succeeded;
+rows whose backward alone fails are dropped, counted as refused, and the call is retried
+without them.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from topk_cli.analysis.train_probe.tasks import Instances, Task, standardise, standardise_backward, unit
-from topk_cli.api import evaluate, vjp
+from topk_cli.api import _forward, _prepare, _Prepared, vjp
 from topk_cli.errors import NumericalFailureError
-from topk_cli.operators._base import FloatArray
+from topk_cli.operators._base import OK, FloatArray
 from topk_cli.operators.hard import hard_topk as hard_forward
 
 #: A row whose gradient with respect to the scores has a norm below this is *dead*.
@@ -68,15 +71,26 @@ def backward(
     shape = s.shape
     x, sd = (s, np.ones((*shape[:-1], 1))) if free_scale else standardise(s)
     flat = x.reshape(-1, shape[-1])
-    r = evaluate(flat, task.k, method, **kw)
-    ok = np.asarray(r.status).reshape(-1) == "ok"
-    p = np.where(ok[:, None], np.asarray(r.weights, dtype=np.float64), 0.0).reshape(shape)
+    # what evaluate() does, keeping its forward pass for the VJP below
+    prep = _prepare(flat, task.k, method, tau, params)
+    fwd, _ = _forward(prep)
+    ok = fwd.codes() == OK
+    weights = fwd.p.astype(prep.out_dtype, copy=False)
+    p = np.where(ok[:, None], np.asarray(weights, dtype=np.float64), 0.0).reshape(shape)
     if straight_through:
         p = np.where(ok.reshape(shape[:-1])[..., None], hard_topk(x, task.k), 0.0)
     loss, g_p = task.loss(p, inst)
     g_p = np.where(ok.reshape(shape[:-1])[..., None], g_p, 0.0).reshape(flat.shape)
     g_x = np.zeros_like(flat)
     rows = np.flatnonzero(ok)
+    if _reuse_forward(prep, rows, g_p):  # every row succeeded: no second forward pass
+        with np.errstate(all="ignore"):
+            out = prep.impl.vjp(fwd, prep.z, prep.k, g_p)
+            if prep.tau != 1.0:
+                out = out / prep.tau
+        # a new array (rows are zeroed below), never a view of g_p
+        g_x = out.astype(prep.out_dtype, copy=out.dtype != prep.out_dtype or np.may_share_memory(out, g_p))
+        rows = rows[:0]
     while rows.size:
         try:
             g_x[rows] = vjp(flat[rows], task.k, g_p[rows], method, **kw)
@@ -99,6 +113,14 @@ def backward(
     return Backward(
         loss=np.where(refused, np.nan, loss), grad_theta=grad, refused=refused, dead=dead.reshape(shape[:-1])
     )
+
+
+def _reuse_forward(prep: _Prepared, rows: np.ndarray, v: FloatArray) -> bool:
+    """True when :func:`topk_cli.vjp` on ``rows`` would recompute exactly the forward pass
+    already in hand and then apply the method's VJP to it: every row succeeded, ``v`` is finite,
+    and the method has no fused forward-and-VJP pass that ``vjp`` would run instead."""
+    fused = prep.impl.forward_vjp is not None and not prep.params
+    return 0 < rows.size == prep.z.shape[0] and not fused and bool(np.isfinite(v).all())
 
 
 def tangent(theta: FloatArray, g: FloatArray) -> FloatArray:

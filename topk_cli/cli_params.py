@@ -1,0 +1,154 @@
+"""Argument coercion of the command line without importing pydantic for the common values.
+
+Typer (0.2x) converts every argument through a pydantic ``TypeAdapter``, built on first use;
+importing pydantic alone costs about as much as importing numpy, so a short command
+(``softtopk compute -k 2 file.csv``) would spend a quarter of its run time on it. The values
+softtopk's options take are plain: an int, a float, a string, a path, a list of strings, a
+choice. :func:`install` gives each parameter of the command group a coercion that converts
+those values directly, exactly as the pydantic adapter does, and hands every other value (and
+every value it is not sure of, e.g. ``-k 2.0`` or ``--tau 1_000``) to the adapter itself, so
+results and error messages are Typer's own. When Typer's internals are not the expected ones
+(another version), nothing is installed and Typer's coercion runs unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
+_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
+
+#: What :meth:`_Fast.fast` returns when the value is left to Typer's own (pydantic) coercion.
+_DEFER = object()
+
+
+def _simple(info: Any) -> bool:
+    """No constraint, parser or click type that the pydantic adapter would apply."""
+    return (
+        info.min is None and info.max is None and not info.clamp and info.parser is None
+        and getattr(info, "click_type", None) is None
+    )
+
+
+def _kind(annotation: Any, info: Any) -> str | None:
+    """The kind of value handled directly, or None (Typer's own coercion for this parameter)."""
+    if not _simple(info):
+        return None
+    if get_origin(annotation) is list:
+        args = get_args(annotation)
+        return "list-str" if args == (str,) else None
+    if annotation is bool or annotation is int or annotation is float or annotation is str:
+        return annotation.__name__
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "choice"
+    if annotation is Path and info.path_type is None:
+        return "path"
+    return None
+
+
+def _str_value(value: Any) -> Any:
+    return value if type(value) is str else _DEFER
+
+
+def install(params: Iterable[Any]) -> int:
+    """Give each parameter in ``params`` the direct coercion where its type allows; returns how many.
+
+    Parameters that are not Typer parameters, whose coercion is already built, or whose type is
+    not one of the plain kinds above are left alone.
+    """
+    try:
+        from typer._coercion import RuntimeParam, build_runtime_param
+        from typer._param_types import coerce_cli_choice, coerce_cli_path
+        from typer.core import _TyperParameter
+    except ImportError:
+        return 0
+
+    @dataclass(frozen=True)
+    class _Fast(RuntimeParam):
+        descriptor: Any = None
+        kind: str = ""
+        _adapter: list[Any] = field(default_factory=list)  # Typer's coercion, built on first need
+
+        def fast(self, value: Any, param: Any, ctx: Any) -> Any:
+            kind = self.kind
+            if kind == "bool":  # a flag's value is a bool already (else Typer parses it)
+                return value if type(value) is bool else _DEFER
+            if kind == "int":
+                if type(value) is int:
+                    return value
+                return int(value) if type(value) is str and _INT.fullmatch(value) else _DEFER
+            if kind == "float":
+                if type(value) is float:
+                    return value
+                if type(value) is int:
+                    return float(value)
+                if type(value) is str and _FLOAT.fullmatch(value):
+                    out = float(value)
+                    return out if math.isfinite(out) else _DEFER
+                return _DEFER
+            if kind == "str":
+                return _str_value(value)
+            if kind == "list-str":
+                if not isinstance(value, (list, tuple)) or any(type(v) is not str for v in value):
+                    return _DEFER
+                return list(value)
+            if kind == "choice":
+                info = self.parameter_info
+                return coerce_cli_choice(
+                    value, choices=tuple(self.annotation), case_sensitive=info.case_sensitive, ctx=ctx
+                )
+            if kind == "path":  # Typer converts a string with pydantic's Path validator: Path(value)
+                if type(value) is str and value and "\0" not in value:
+                    value = Path(value)
+                return coerce_cli_path(value, self.parameter_info, path_type=Path, param=param, ctx=ctx)
+            return _DEFER  # pragma: no cover
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            try:
+                out = self.fast(value, param, ctx)
+            except Exception:  # Typer's coercion gives the message (and raises the same way)
+                out = _DEFER
+            if out is not _DEFER:
+                return out
+            if not self._adapter:
+                self._adapter.append(build_runtime_param(self.descriptor))
+            return self._adapter[0]._coerce_value(value, param=param, ctx=ctx)
+
+    count = 0
+    for param in params:
+        if not isinstance(param, _TyperParameter) or getattr(param, "_runtime_param", True) is not None:
+            continue
+        desc = getattr(param, "type_descriptor", None)
+        if desc is None or desc.file_annotation is not None:
+            continue
+        kind = _kind(desc.annotation, desc.parameter_info)
+        if kind is None:
+            continue
+        param._runtime_param = _Fast(
+            parameter_info=desc.parameter_info, annotation=desc.annotation, descriptor=desc, kind=kind
+        )
+        count += 1
+    return count
+
+
+def install_group(group: Any) -> None:
+    """:func:`install` on every parameter of a command group and of its commands, including the
+    help options, which Click creates on first use (their value is None unless given)."""
+    commands = [group, *getattr(group, "commands", {}).values()]
+    install(p for command in commands for p in command.params)
+    for command in commands:
+        original = command.get_help_option
+
+        def get_help_option(ctx: Any, _original: Any = original) -> Any:
+            option = _original(ctx)
+            if option is not None:
+                install([option])
+            return option
+
+        command.get_help_option = get_help_option
