@@ -71,6 +71,23 @@ def test_batch_equals_row_by_row(method: str) -> None:
     assert result.status.shape == (2, 3) and result.complement.shape == x.shape
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_a_row_gives_the_same_bits_whatever_its_batch(method: str) -> None:
+    # wide spreads (the sequential methods' faithful paths) and a batch where only some rows hold
+    # ties: a row's weights, complement and status must not depend on the other rows
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((6, 10)) * 1e3
+    x[1, :2] = 0.0  # a tie in row 1 only
+    x[4] = x[3]  # equal rows, no ties within them
+    x[5, 0] = -np.inf
+    batch = st.evaluate(x, 3, method)
+    for i in range(x.shape[0]):
+        alone = st.evaluate(x[i], 3, method)
+        np.testing.assert_array_equal(batch.weights[i], alone.weights)
+        np.testing.assert_array_equal(batch.complement[i], alone.complement)
+        assert batch.status[i] == alone.status
+
+
 # -- validation --------------------------------------------------------------------------------
 
 

@@ -166,7 +166,10 @@ class _RoundingErrors:
                          np.arange(n), 0)
         rank = np.empty_like(order)
         np.put_along_axis(rank, order, np.maximum.accumulate(first, axis=-1), axis=-1)  # ties: same rank
-        self._rank = rank if (first[:, 1:] == 0).any() else None  # without ties: the column will do
+        # Rows without ties draw by column, rows with ties by rank: each row draws what it would
+        # draw alone, whatever the other rows of its batch hold.
+        tied = (first[:, 1:] == 0).any(axis=-1)
+        self._rank = np.where(tied[:, None], rank, np.arange(n)) if tied.any() else None
         self.dq = np.zeros((bsz, n, _SAMPLES))
         self.dp = np.zeros((bsz, n, _SAMPLES))
         self.estimate = np.zeros(bsz)
