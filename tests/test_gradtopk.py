@@ -18,7 +18,7 @@ from mpmath import mp, mpf
 
 import topk_cli as st
 from topk_cli.errors import NumericalFailureError
-from topk_cli.operators.gradtopk import CANCELLATION_TOLERANCE
+from topk_cli.operators.grad_recursive import CANCELLATION_TOLERANCE
 
 DPS = 60
 
@@ -374,7 +374,7 @@ def test_fused_vjp_matches_the_separate_passes_and_raises_the_same(method: str) 
 
 def _check_every_row(z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
     """``(codes, p, messages)`` of comparing every returned row with ``grad`` (no certification)."""
-    from topk_cli.operators import gradtopk as g
+    from topk_cli.operators import grad_recursive as g
 
     rec = g._run_recursion(z, k)
     exact = g._grad_forward(z, k)
@@ -394,7 +394,7 @@ def _check_every_row(z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dic
 
 
 def test_certified_rows_give_the_same_report_as_checking_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    from topk_cli.operators import gradtopk as g
+    from topk_cli.operators import grad_recursive as g
 
     checked: list[int] = []
     exact = g._grad_forward
@@ -428,7 +428,7 @@ def test_certified_rows_give_the_same_report_as_checking_every_row(monkeypatch: 
 def test_running_bound_holds_against_the_reference() -> None:
     """Where the bound is finite it bounds the recursion's error on p (absolute) and on
     fl(1 - p) (relative), against the independent mpmath reference."""
-    from topk_cli.operators import gradtopk as g
+    from topk_cli.operators import grad_recursive as g
 
     rng = np.random.default_rng(32)
     certified = 0

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError, RowFailure
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
-from topk_cli.operators.gradtopk import RecursionTrace, grad_recursive_trace
+from topk_cli.operators.grad_recursive import RecursionTrace, grad_recursive_trace
 from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, MethodSpec, lookup
 
 

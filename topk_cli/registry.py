@@ -32,7 +32,8 @@ from typing import Any, cast
 
 from topk_cli.errors import InvalidArgumentError, UnknownMethodError
 from topk_cli.operators._base import FloatArray, Implementation
-from topk_cli.operators.gradtopk import GRAD, GRAD_RECURSIVE, RecursionTrace, grad_recursive_trace
+from topk_cli.operators.grad_recursive import GRAD_RECURSIVE, RecursionTrace, grad_recursive_trace
+from topk_cli.operators.gradtopk import GRAD
 from topk_cli.operators.hard import HARD
 from topk_cli.operators.perturbed import DEFAULT_SAMPLES, DEFAULT_SEED, PERTURBED, perturbed_potential
 from topk_cli.operators.potentials import (
