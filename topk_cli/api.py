@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError, RowFailure
-from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
+from topk_cli.operators._base import OK, FloatArray, Forward, Implementation, average_ties
 from topk_cli.operators.grad_recursive import RecursionTrace, grad_recursive_trace
 from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, MethodSpec, lookup
 
@@ -183,26 +183,6 @@ def scaled_scores(x: ArrayLike, k: int, *, tau: float = 1.0) -> FloatArray:
     return _prepare(x, k, BASELINE_METHOD, tau).z
 
 
-def _average_ties(z: FloatArray, *arrays: FloatArray) -> tuple[FloatArray, ...]:
-    """Replace each array's entries by their mean over groups of exactly equal ``z`` in a row."""
-    order = np.argsort(z, axis=-1, kind="stable")
-    zs = np.take_along_axis(z, order, axis=-1)
-    starts = np.ones(zs.shape, dtype=bool)
-    starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
-    if starts.all():
-        return arrays
-    group = np.cumsum(starts.ravel()) - 1
-    counts = np.bincount(group)
-    out = []
-    for a in arrays:
-        sorted_a = np.take_along_axis(a, order, axis=-1).ravel()
-        means = (np.bincount(group, weights=sorted_a) / counts)[group].reshape(z.shape)
-        result = np.empty_like(a)
-        np.put_along_axis(result, order, means, axis=-1)
-        out.append(result)
-    return tuple(out)
-
-
 def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
     impl = prep.impl
     with np.errstate(all="ignore"):  # failures are detected and reported per row below
@@ -225,9 +205,9 @@ def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
     fwd.code = codes
     if not impl.elementwise:
         if "stderr" in fwd.aux:
-            fwd.p, fwd.q, fwd.aux["stderr"] = _average_ties(prep.z, fwd.p, fwd.q, fwd.aux["stderr"])
+            fwd.p, fwd.q, fwd.aux["stderr"] = average_ties(prep.z, fwd.p, fwd.q, fwd.aux["stderr"])
         else:
-            fwd.p, fwd.q = _average_ties(prep.z, fwd.p, fwd.q)
+            fwd.p, fwd.q = average_ties(prep.z, fwd.p, fwd.q)
     return fwd, tuple(failures)
 
 

@@ -117,3 +117,27 @@ def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> F
     if failed:
         out.code, out.level, out.value = code, level, value
     return out
+
+
+def average_ties(z: FloatArray, *arrays: FloatArray) -> tuple[FloatArray, ...]:
+    """Each array (``(B, n)``, or ``(B, n, C)`` column by column) with its entries replaced by
+    their mean over the groups of exactly equal ``z`` in a row; the arrays themselves when no row
+    has a tie."""
+    order = np.argsort(z, axis=-1, kind="stable")
+    zs = np.take_along_axis(z, order, axis=-1)
+    starts = np.ones(zs.shape, dtype=bool)
+    starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
+    if starts.all():
+        return arrays
+    group = np.cumsum(starts.ravel()) - 1
+    counts = np.bincount(group)
+
+    def mean(a: FloatArray) -> FloatArray:
+        sorted_a = np.take_along_axis(a, order, axis=-1).ravel()
+        means = (np.bincount(group, weights=sorted_a) / counts)[group].reshape(z.shape)
+        result = np.empty_like(a)
+        np.put_along_axis(result, order, means, axis=-1)
+        return result
+
+    return tuple(mean(a) if a.ndim == 2 else np.stack([mean(a[:, :, c]) for c in range(a.shape[-1])], axis=-1)
+                 for a in arrays)

@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.errors import NumericalFailureError, RowFailure
-from topk_cli.operators._base import OK, FloatArray, Forward
+from topk_cli.operators._base import OK, FloatArray, Forward, average_ties
 from topk_cli.operators._logspace import logsumexp
 
 _NEG_INF = -np.inf
@@ -68,6 +68,19 @@ def _exclusive_sum(x: FloatArray) -> FloatArray:
     np.put_along_axis(without, top, 0.0, axis=1)
     np.put_along_axis(out, top, without.sum(axis=1, keepdims=True), axis=1)
     return out
+
+
+def _total_without_largest(g: FloatArray, rows: NDArray[np.intp]) -> tuple[FloatArray, NDArray[np.intp], FloatArray]:
+    """The pieces of :func:`_exclusive_sum` for a 2-D ``g`` without forming it: the row totals, the
+    column of each row's largest ``|g|`` and the row sum without that entry (summed directly; total
+    minus it could lose everything). ``g`` is restored bit for bit; ``rows`` is ``arange(B)``."""
+    total = g.sum(axis=1)
+    big = np.argmax(np.abs(g), axis=1)
+    g_big = g[rows, big]
+    g[rows, big] = 0.0
+    rest = g.sum(axis=1)
+    g[rows, big] = g_big
+    return total, big, rest
 
 
 def _failed(
@@ -125,25 +138,6 @@ def _estimate(dp: FloatArray) -> FloatArray:
     with np.errstate(over="ignore", invalid="ignore"):  # a blown-up estimate is inf or NaN
         est = _SAFETY * np.sqrt(np.max(np.einsum("bic,bic->bi", dp, dp), axis=-1) / _SAMPLES)
     return np.where(np.isnan(est), np.inf, est)
-
-
-def _average_ties(z: FloatArray, dp: FloatArray) -> FloatArray:
-    """``dp`` (``(B, n, C)``) averaged over the groups of exactly equal ``z`` of each row; ``dp``
-    itself when no row has a tie."""
-    order = np.argsort(z, axis=-1, kind="stable")
-    zs = np.take_along_axis(z, order, axis=-1)
-    starts = np.ones(z.shape, dtype=bool)
-    starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
-    if starts.all():
-        return dp
-    group = (np.cumsum(starts.ravel()) - 1).reshape(z.shape)
-    counts = np.bincount(group.ravel())
-    out = np.empty_like(dp)
-    for c in range(dp.shape[-1]):
-        sorted_dp = np.take_along_axis(dp[:, :, c], order, axis=-1)
-        means = (np.bincount(group.ravel(), weights=sorted_dp.ravel()) / counts)[group]
-        np.put_along_axis(out[:, :, c], order, means, axis=-1)
-    return out
 
 
 class _RoundingErrors:
@@ -211,7 +205,7 @@ class _RoundingErrors:
         (per row) is a measured lower bound on the error the model cannot see (the split of exact
         ties, see :func:`_tie_split`); the estimate is at least that.
         """
-        dp = _average_ties(z, self.dp)
+        (dp,) = average_ties(z, self.dp)
         if dp is not self.dp:
             self.estimate = _estimate(dp)
         if floor is not None:

@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.operators._base import FloatArray, Forward
-from topk_cli.operators._logsigned import _UNIT
+from topk_cli.operators._logsigned import _UNIT, _total_without_largest
 
 #: A row is returned from the fast path only if its certified bound on the absolute error of ``p`` is
 #: at most this (the faithful path is measured within 1e-12 on the rows it returns) ...
@@ -262,14 +262,9 @@ def _ws_vjp_compact(fwd: Forward, w: FloatArray, k: int, qbar: FloatArray) -> Fl
     for t in reversed(range(k)):
         s, f, c_top = aux["s"][:, t], aux["f"][:, t], aux["c_top"][:, t]
         np.multiply(s, qbar, out=g)  # minus the cotangent of c dz - X
-        total = g.sum(axis=1)
-        # X_i = sum_{j != i} g_j is total - g_i except at the entry of largest |g| (the only one that
-        # can dominate the total), summed directly without it (as _exclusive_sum does)
-        big = np.argmax(np.abs(g), axis=1)
+        # X_i = sum_{j != i} g_j is total - g_i except at the entry of largest |g|: rest there
+        total, big, rest = _total_without_largest(g, rows)
         g_big = g[rows, big]
-        g[rows, big] = 0.0
-        rest = g.sum(axis=1)
-        g[rows, big] = g_big
         s_big, s_top, g_top = s[rows, big], s[rows, top], g[rows, top]
         zbar_big, zbar_top = zbar[rows, big], zbar[rows, top]
         zbar += s * total[:, None]

@@ -7,12 +7,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from topk_cli.operators._base import OK, FloatArray, Forward, Implementation, _combine_rows
+from topk_cli.operators._base import OK, FloatArray, Forward, Implementation, _combine_rows, average_ties
 from topk_cli.operators._iterative_fast import _FAST_BLOCK, _it_fast, _it_fast_block
 from topk_cli.operators._logsigned import (
     _NEG_INF,
     _UNIT,
-    _average_ties,
     _checked,
     _exclusive_sum,
     _finite,
@@ -232,7 +231,7 @@ def _tie_split(z: FloatArray, p: FloatArray, q: FloatArray) -> FloatArray:
     """
     pq = np.stack([p, q], axis=-1)
     with np.errstate(invalid="ignore"):  # inf - inf: reported as inf below
-        dev = np.abs(pq - _average_ties(z, pq)).max(axis=(1, 2))
+        dev = np.abs(pq - average_ties(z, pq)[0]).max(axis=(1, 2))
     return np.where(np.isnan(dev), np.inf, 2.0 * dev)
 
 

@@ -30,6 +30,7 @@ from topk_cli.operators._logsigned import (
     _slog_sum,
     _times,
     _to_linear,
+    _total_without_largest,
 )
 from topk_cli.operators._logspace import logsumexp_exclusive
 from topk_cli.operators._weighted_softmax_fast import (
@@ -380,14 +381,8 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     for t in reversed(range(k)):
         s, f, rho, c = (np.where(live, a, 0.0) if masked else a for a in _ws_rounds(fwd, z, t, w))
         g = s * qbar  # minus the cotangent of c dz - X (the signs are folded into the updates below)
-        # X_i = sum_{j != i} g_j: total minus own term, except for the entry of largest |g| (the only
-        # one that can dominate the total), summed directly without it (as _exclusive_sum does)
-        total = g.sum(axis=1)
-        top = np.argmax(np.abs(g), axis=1)
-        g_top = g[rows, top]
-        g[rows, top] = 0.0
-        rest = g.sum(axis=1)
-        g[rows, top] = g_top
+        # X_i = sum_{j != i} g_j: total minus own term, except for the entry of largest |g|
+        total, top, rest = _total_without_largest(g, rows)
         x_excl = total[:, None] - g
         x_excl[rows, top] = rest
         zbar -= c * g
