@@ -352,13 +352,26 @@ def vjp(
         if fused is not None and not prep.params:  # one pass for both (parameters are not bound to it)
             fwd, out = fused(prep.z, prep.k, v2)
             _checked_forward(prep, fwd)
-        else:
-            out = prep.impl.vjp(_checked_forward(prep), prep.z, prep.k, v2)
-        if prep.tau != 1.0:
+            return _finish_vjp(prep, out, v_arr)
+        return _vjp_of(prep, _checked_forward(prep), v2, v_arr)
+
+
+def _vjp_of(prep: _Prepared, fwd: Forward, v2: FloatArray, v: NDArray[Any]) -> NDArray[Any]:
+    """The method's VJP applied to ``fwd``, the forward pass of ``prep`` (what :func:`vjp` does
+    after computing it); ``v2`` is ``v`` as float64 rows."""
+    with np.errstate(all="ignore"):
+        return _finish_vjp(prep, prep.impl.vjp(fwd, prep.z, prep.k, v2), v)
+
+
+def _finish_vjp(prep: _Prepared, out: FloatArray, v: NDArray[Any]) -> NDArray[Any]:
+    """``out`` (with respect to ``z``) divided by ``tau``, in the caller's shape and dtype, and
+    never a view of the caller's ``v`` (``x`` never reaches an operator)."""
+    if prep.tau != 1.0:
+        with np.errstate(all="ignore"):
             out = out / prep.tau
     out = out.reshape(prep.shape)
-    if out.dtype != prep.out_dtype or np.may_share_memory(out, v_arr):
-        out = out.astype(prep.out_dtype)  # a new array, never a view of the caller's v (x never reaches an operator)
+    if out.dtype != prep.out_dtype or np.may_share_memory(out, v):
+        out = out.astype(prep.out_dtype)
     return out
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from topk_cli.analysis.train_probe.tasks import Instances, Task, standardise, standardise_backward, unit
-from topk_cli.api import _forward, _prepare, _Prepared, vjp
+from topk_cli.api import _forward, _prepare, _Prepared, _vjp_of, vjp
 from topk_cli.errors import NumericalFailureError
 from topk_cli.operators._base import OK, FloatArray
 from topk_cli.operators.hard import hard_topk as hard_forward
@@ -84,12 +84,7 @@ def backward(
     g_x = np.zeros_like(flat)
     rows = np.flatnonzero(ok)
     if _reuse_forward(prep, rows, g_p):  # every row succeeded: no second forward pass
-        with np.errstate(all="ignore"):
-            out = prep.impl.vjp(fwd, prep.z, prep.k, g_p)
-            if prep.tau != 1.0:
-                out = out / prep.tau
-        # a new array (rows are zeroed below), never a view of g_p
-        g_x = out.astype(prep.out_dtype, copy=out.dtype != prep.out_dtype or np.may_share_memory(out, g_p))
+        g_x = _vjp_of(prep, fwd, g_p, g_p)  # a new array (rows are zeroed below), never a view of g_p
         rows = rows[:0]
     while rows.size:
         try:
