@@ -26,6 +26,7 @@ from topk_cli.properties.violations import (
     _exact_shift,
     _kth_gap,
     _permutations,
+    _strict_pairs,
     _v_finite,
     _v_hard_limit,
     _v_jacobian,
@@ -47,28 +48,41 @@ class Check(Protocol):
     def __call__(self, method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult: ...
 
 
-_Items = Callable[[Case], list[tuple[FloatArray, int, float]]]
+_Items = Callable[[FloatArray, int, float], list[tuple[FloatArray, int, float]]]
+"""The single-vector evaluations ``(x, k, tau)`` a violation looks at for the case ``(x, k, tau)``
+(exactly those, so that batching them ahead costs no operator call the violation would not make)."""
 
 
-def _plain_items(case: Case) -> list[tuple[FloatArray, int, float]]:
-    return [(case.array, case.k, case.tau)]
+def _plain_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    return [(x, k, tau)]
 
 
-def _shift_items(case: Case) -> list[tuple[FloatArray, int, float]]:
-    y, x_back, _ = _exact_shift(case.array)
-    return [(x_back, case.k, case.tau), (y, case.k, case.tau)]
+def _pair_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    return [(x, k, tau)] if x.shape[-1] >= 2 else []
 
 
-def _permutation_items(case: Case) -> list[tuple[FloatArray, int, float]]:
-    x = case.array
-    return [(x, case.k, case.tau)] + [(x[perm], case.k, case.tau) for perm in _permutations(x.shape[-1])]
+def _strict_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    return [(x, k, tau)] if _strict_pairs(x, k, tau) is not None else []
 
 
-def _hard_limit_items(case: Case) -> list[tuple[FloatArray, int, float]]:
-    gap = _kth_gap(case.array, case.k)
+def _k1_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    return [(x, k, tau)] if k == 1 else []
+
+
+def _shift_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    y, x_back, _ = _exact_shift(x)
+    return [(x_back, k, tau), (y, k, tau)]
+
+
+def _permutation_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    return [(x, k, tau)] + [(x[perm], k, tau) for perm in _permutations(x.shape[-1])]
+
+
+def _hard_limit_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    gap = _kth_gap(x, k)
     if gap is None:
         return []
-    return [(_z(case.array, HARD_LIMIT_TAU_OVER_GAP * gap), case.k, 1.0)]
+    return [(_z(x, HARD_LIMIT_TAU_OVER_GAP * gap), k, 1.0)]
 
 
 def _run_check(
@@ -88,7 +102,7 @@ def _run_check(
     # a Monte-Carlo estimate is judged within MONTE_CARLO_STDERRS of its standard errors (the slack)
     within = MONTE_CARLO_STDERRS if spec.capabilities.monte_carlo else None
     if items is not None:
-        ev.prefetch(method, [item for case in cases for item in items(case)])
+        ev.prefetch(method, [item for case in cases for item in items(case.array, case.k, case.tau)])
     worst: float | None = None
     bad: tuple[float, Case, _Measure] | None = None
     checked = skipped = violations = 0
@@ -122,7 +136,11 @@ def _run_check(
             mm = violation(ev, method, y, kk, tau)
             return mm is not None and (failure_counts or not mm.failed) and mm.value > floor + mm.slack
 
-        x, k = _shrink(violates, x, k)
+        def prefetch(candidates: Sequence[tuple[FloatArray, int]]) -> None:
+            if items is not None:
+                ev.prefetch(method, [item for y, kk in candidates for item in items(y, kk, tau)])
+
+        x, k = _shrink(violates, x, k, prefetch=prefetch)
         m = violation(ev, method, x, k, tau) or m
     cex = Counterexample(method, tuple(float(v) for v in x), k, m.tau if m.tau is not None else tau, m.detail)
     return PropertyResult(
@@ -154,7 +172,7 @@ def check_monotone_weak(method: str, cases: Sequence[Case], *, evaluator: Evalua
     >>> check_monotone_weak("hard", [Case((3.0, 1.0, 2.0), 2)]).holds
     True
     """
-    return _run_check(evaluator or Evaluator(), method, "monotone-weak", cases, _v_monotone_weak, TOL_ABS)
+    return _run_check(evaluator or Evaluator(), method, "monotone-weak", cases, _v_monotone_weak, TOL_ABS, items=_pair_items)
 
 
 def check_monotone_strict(method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult:
@@ -164,7 +182,7 @@ def check_monotone_strict(method: str, cases: Sequence[Case], *, evaluator: Eval
     >>> r.holds, r.counterexample.x, r.counterexample.k
     (False, (2.0, 0.0, 1.0), 1)
     """
-    return _run_check(evaluator or Evaluator(), method, "monotone-strict", cases, _v_monotone_strict, 0.0)
+    return _run_check(evaluator or Evaluator(), method, "monotone-strict", cases, _v_monotone_strict, 0.0, items=_strict_items)
 
 
 def check_shift_invariant(method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult:
@@ -206,7 +224,7 @@ def check_softmax_at_k1(method: str, cases: Sequence[Case], *, evaluator: Evalua
     >>> check_softmax_at_k1("hard", [Case((1.0, 0.0), 1)]).holds
     False
     """
-    return _run_check(evaluator or Evaluator(), method, "softmax-at-k1", cases, _v_softmax_k1, TOL_ABS)
+    return _run_check(evaluator or Evaluator(), method, "softmax-at-k1", cases, _v_softmax_k1, TOL_ABS, items=_k1_items)
 
 
 def _jacobian_cases(cases: Sequence[Case]) -> list[Case]:

@@ -1,22 +1,51 @@
-"""Shrinking a counterexample: fewest entries, then simplest values, while it still fails."""
+"""Shrinking a counterexample: fewest entries, then simplest values, while it still fails.
+
+The shrinker tries candidates one at a time, in a fixed order, and keeps the first that still
+fails. A ``prefetch`` hook lets the caller evaluate the candidates it is about to try in a few
+large batches instead (speculatively: the ones after the first success are wasted work). A
+shrink is mostly a chain of dependent steps (drop one entry, then look again), each taken near
+where the step before it was, so a sweep batches the candidates up to there, then the rest. The
+walk, its decisions and its ``budget`` accounting do not depend on the hook: the same
+``violates`` answers give the same counterexample, only with fewer operator calls.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
 
+#: Candidates ``(y, k)`` the shrinker is about to try, in the order it will try them.
+Prefetch = Callable[[Sequence[tuple[FloatArray, int]]], None]
 
-def _shrink(violates: Callable[[FloatArray, int], bool], x: FloatArray, k: int, budget: int = 300) -> tuple[FloatArray, int]:
-    """Fewest entries, then simplest values, while ``violates`` stays true."""
+#: Candidates in the second batch of a sweep (8 dropped entries with their up to 3 values of k).
+NEXT_BATCH = 24
+
+
+def _shrink(
+    violates: Callable[[FloatArray, int], bool],
+    x: FloatArray,
+    k: int,
+    budget: int = 300,
+    prefetch: Prefetch | None = None,
+) -> tuple[FloatArray, int]:
+    """Fewest entries, then simplest values, while ``violates`` stays true.
+
+    At most ``budget`` calls of ``violates``. ``prefetch`` (optional) is handed the candidates
+    before they are tried, in batches; an error it raises is ignored (whatever went wrong happens
+    again, and is handled as without the hook, when ``violates`` sees the candidate).
+    """
     calls = 0
+
+    def admissible(y: FloatArray, kk: int) -> bool:
+        return 1 <= kk <= np.isfinite(y).sum()
 
     def attempt(y: FloatArray, kk: int) -> bool:
         nonlocal calls
-        if calls >= budget or not 1 <= kk <= np.isfinite(y).sum():
+        if calls >= budget or not admissible(y, kk):
             return False
         calls += 1
         try:
@@ -24,18 +53,49 @@ def _shrink(violates: Callable[[FloatArray, int], bool], x: FloatArray, k: int, 
         except InvalidArgumentError:
             return False
 
+    def first(candidates: Sequence[tuple[FloatArray, int]], likely: int = 0) -> int | None:
+        """Index of the first candidate that still fails, tried in order (None: none does).
+
+        ``likely`` is where the caller expects it. With ``prefetch``, candidates ``0..likely`` go
+        in one batch when ``likely >= 2``, else the first two one by one (a shrink is mostly a
+        chain of dependent steps, and every distinct k in a batch costs one operator call);
+        then, while none fails, the next :data:`NEXT_BATCH` together, then all the rest.
+        """
+        ahead = 0
+        for j, (y, kk) in enumerate(candidates):
+            if prefetch is not None and j >= ahead:
+                if j == 0 and likely >= 2:
+                    ahead = likely + 1
+                elif j < 2:
+                    ahead = j + 1
+                elif ahead <= 2 or j <= likely + 1:
+                    ahead = j + NEXT_BATCH
+                else:
+                    ahead = len(candidates)
+                # exactly the candidates the walk will try if none of them fails
+                batch = [c for c in candidates[j:ahead] if admissible(*c)][: max(0, budget - calls)]
+                if batch:
+                    try:
+                        prefetch(batch)
+                    except Exception:  # speculative: a real error recurs when the candidate is tried
+                        pass
+            if attempt(y, kk):
+                return j
+        return None
+
     def drop_entries(x: FloatArray, k: int) -> tuple[FloatArray, int]:
-        changed = True
-        while changed and x.size > 1:
-            changed = False
-            for i in range(x.size):
-                y = np.delete(x, i)
-                for kk in dict.fromkeys((k, k - 1, min(k, y.size))):
-                    if attempt(y, kk):
-                        x, k, changed = y, kk, True
-                        break
-                if changed:
-                    break
+        likely = 0  # a sweep tends to succeed where the one before it did
+        while x.size > 1:
+            candidates = [
+                (y, kk)
+                for y in (np.delete(x, i) for i in range(x.size))
+                for kk in dict.fromkeys((k, k - 1, min(k, y.size)))
+            ]
+            j = first(candidates, likely)
+            if j is None:
+                break
+            x, k = candidates[j]
+            likely = j
         return x, k
 
     x, k = drop_entries(x, k)
@@ -44,29 +104,32 @@ def _shrink(violates: Callable[[FloatArray, int], bool], x: FloatArray, k: int, 
         ranks = np.unique(x[finite], return_inverse=True)[1].astype(np.float64)
         y = x.copy()
         y[finite] = ranks
-        if not np.array_equal(y, x) and attempt(y, k):
-            x = y
-        else:
-            top = float(np.max(x[finite]))
-            for shift in (top, round(top)):
-                y = np.where(finite, x - shift, x)
-                if shift != 0 and attempt(y, k):
-                    x = y
-                    break
+        simpler = [] if np.array_equal(y, x) else [y]
+        top = float(np.max(x[finite]))
+        simpler += [np.where(finite, x - shift, x) for shift in (top, round(top)) if shift != 0]
+        j = first([(y, k) for y in simpler])
+        if j is not None:
+            x = simpler[j]
+    rounded = []
     for decimals in (0, 1, 2, 4):
         with np.errstate(invalid="ignore"):
             y = np.where(np.isfinite(x), np.round(x, decimals), x)
-        if not np.array_equal(y, x) and attempt(y, k):
-            x = y
-            break
+        if not np.array_equal(y, x):
+            rounded.append(y)
+    j = first([(y, k) for y in rounded])
+    if j is not None:
+        x = rounded[j]
     for i in range(x.size):
+        entry = []
         for decimals in (0, 1, 2):
             if not np.isfinite(x[i]):
                 break
             y = x.copy()
             y[i] = np.round(y[i], decimals)
-            if y[i] != x[i] and attempt(y, k):
-                x = y
-                break
+            if y[i] != x[i]:
+                entry.append(y)
+        j = first([(y, k) for y in entry])
+        if j is not None:
+            x = entry[j]
     x, k = drop_entries(x, k)
     return x, k

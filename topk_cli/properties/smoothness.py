@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -33,42 +34,73 @@ from topk_cli.registry import SMOOTHNESS_CLASSES
 _CLASS_RANK = {name: rank for rank, name in enumerate(SMOOTHNESS_CLASSES)}
 
 
-def _bisect_entry(
-    method: str, x: FloatArray, k: int, tau: float, i: int, predicate: Callable[[TopKResult], np.ndarray]
-) -> FloatArray | None:
-    """Move ``x_i`` to where ``predicate`` (monotone in x_i) switches from False to True."""
+@dataclass
+class _Bisection:
+    """One entry's bisection in :func:`_bisect_entries`: ``x_i`` in ``[lo, hi]``, done or not."""
+
+    i: int
+    predicate: Callable[[FloatArray, FloatArray], np.ndarray]
+    lo: float
+    hi: float
+    found: bool = False
+    done: bool = False
+
+
+def _bisect_entries(
+    method: str, x: FloatArray, k: int, tau: float, tasks: Sequence[tuple[int, Callable[[FloatArray, FloatArray], np.ndarray]]]
+) -> list[FloatArray | None]:
+    """Move ``x_i`` to where ``predicate`` (monotone in x_i) switches from False to True, per task.
+
+    Each task ``(i, predicate)`` is an independent bisection of 9 rounds on 64-point grids; the
+    rounds of all tasks share one operator call (a row's bits do not depend on its batch).
+    ``predicate(weights, complement)`` gets the rows of one grid.
+    """
     finite = x[np.isfinite(x)]
     lo, hi = float(finite.min()) - 60 * tau, float(finite.max()) + 60 * tau
+    state = [_Bisection(i, pred, lo, hi) for i, pred in tasks]
     for _ in range(9):
-        grid = np.linspace(lo, hi, 64)
-        batch = np.repeat(x[None, :], grid.size, axis=0)
-        batch[:, i] = grid
-        r = evaluate(batch, k, method, tau=tau)
-        ok = r.status == "ok"
-        if not ok.all():
-            return None
-        flags = predicate(r)
-        if flags[0] or not flags[-1]:
-            return None
-        first = int(np.argmax(flags))
-        lo, hi = float(grid[first - 1]), float(grid[first])
-        if hi - lo <= 1e-13 * max(1.0, abs(hi)):
+        active = [b for b in state if not b.done]
+        if not active:
             break
-    out = x.copy()
-    out[i] = hi
+        grids = [np.linspace(b.lo, b.hi, 64) for b in active]
+        batch = np.repeat(x[None, :], 64 * len(active), axis=0)
+        for a, (b, grid) in enumerate(zip(active, grids, strict=True)):
+            batch[64 * a : 64 * (a + 1), b.i] = grid
+        r = evaluate(batch, k, method, tau=tau)
+        for a, (b, grid) in enumerate(zip(active, grids, strict=True)):
+            rows = slice(64 * a, 64 * (a + 1))
+            if not (r.status[rows] == "ok").all():
+                b.done = True
+                continue
+            flags = b.predicate(r.weights[rows], r.complement[rows])
+            if flags[0] or not flags[-1]:
+                b.done = True
+                continue
+            first = int(np.argmax(flags))
+            b.lo, b.hi = float(grid[first - 1]), float(grid[first])
+            if b.hi - b.lo <= 1e-13 * max(1.0, abs(b.hi)):
+                b.found = b.done = True
+    out: list[FloatArray | None] = []
+    for b in state:
+        if b.done and not b.found:
+            out.append(None)
+            continue
+        y = x.copy()
+        y[b.i] = b.hi
+        out.append(y)
     return out
 
 
-def _weight_at_least(r: TopKResult, *, i: int, level: float) -> np.ndarray:
-    return np.asarray(r.weights[:, i] >= level)
+def _weight_at_least(weights: FloatArray, complement: FloatArray, *, i: int, level: float) -> np.ndarray:
+    return np.asarray(weights[:, i] >= level)
 
 
-def _weight_above(r: TopKResult, *, i: int, level: float) -> np.ndarray:
-    return np.asarray(r.weights[:, i] > level)
+def _weight_above(weights: FloatArray, complement: FloatArray, *, i: int, level: float) -> np.ndarray:
+    return np.asarray(weights[:, i] > level)
 
 
-def _saturated(r: TopKResult, *, i: int) -> np.ndarray:
-    return np.asarray(r.complement[:, i] <= 0.0)
+def _saturated(weights: FloatArray, complement: FloatArray, *, i: int) -> np.ndarray:
+    return np.asarray(complement[:, i] <= 0.0)
 
 
 def _candidate_points(method: str, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, str]]:
@@ -85,16 +117,20 @@ def _candidate_points(method: str, x: FloatArray, k: int, tau: float) -> list[tu
         y[order[-1]] = y[order[-2]]
         out.append((y, "tie at the minimum"))
     entries = sorted({int(order[k - 1]), int(order[min(k, n - 1)]), int(order[0])})
+    tasks: list[tuple[int, Callable[[FloatArray, FloatArray], np.ndarray]]] = []
+    names: list[str] = []
     for i in entries:
-        crossings: list[tuple[str, Callable[[TopKResult], np.ndarray]]] = [
+        crossings: list[tuple[str, Callable[[FloatArray, FloatArray], np.ndarray]]] = [
             ("p_i = 1/2", functools.partial(_weight_at_least, i=i, level=0.5)),
             ("edge of p_i = 1", functools.partial(_saturated, i=i)),
             ("edge of p_i = 0", functools.partial(_weight_above, i=i, level=0.0)),
         ]
         for name, pred in crossings:
-            y = _bisect_entry(method, x, k, tau, i, pred)
-            if y is not None:
-                out.append((y, f"{name} (entry {i})"))
+            tasks.append((i, pred))
+            names.append(f"{name} (entry {i})")
+    for y, name in zip(_bisect_entries(method, x, k, tau, tasks), names, strict=True):
+        if y is not None:
+            out.append((y, name))
     return out
 
 
@@ -164,8 +200,26 @@ def _pole_probe(method: str, x0: FloatArray, k: int, tau: float, d: FloatArray, 
     return float(edge[i]), detail
 
 
+def _line_ts() -> FloatArray:
+    """The points ``t`` of :func:`_line_class`: 0, then +-h and +-2h for h, h/4, h/16."""
+    hs = (_SMOOTH_STEP, _SMOOTH_STEP / 4, _SMOOTH_STEP / 16)
+    return np.array([0.0] + [s * h for h in hs for s in (-2, -1, 1, 2)])
+
+
+def _evaluate_lines(
+    method: str, lines: Sequence[tuple[FloatArray, FloatArray]], k: int, tau: float
+) -> list[tuple[FloatArray, np.ndarray]]:
+    """``(weights, status)`` on the points of each line ``(x0, d)``, in one operator call."""
+    if not lines:
+        return []
+    ts = _line_ts()
+    r = evaluate(np.vstack([_line_points(x0, tau, d, ts) for x0, d in lines]), k, method, tau=tau)
+    m = ts.size
+    return [(r.weights[m * a : m * (a + 1)], r.status[m * a : m * (a + 1)]) for a in range(len(lines))]
+
+
 def _line_class(
-    method: str, x0: FloatArray, k: int, tau: float, d: FloatArray
+    method: str, x0: FloatArray, k: int, tau: float, d: FloatArray, rows: tuple[FloatArray, np.ndarray] | None = None
 ) -> tuple[str, float, str] | None:
     """Smoothness class of ``t -> p(x0 + t d)`` at ``t = 0`` (d in units of tau), None if unmeasured.
 
@@ -173,14 +227,14 @@ def _line_class(
     shrinks, while a smooth change shrinks with h, and a kink near (not at) 0 cannot persist
     across both refinements. A line on which the method refuses a point is no evidence of
     smoothness: it is unmeasured (None) unless the refusal is ``"inf"``/``"ill-conditioned"``
-    and :func:`_pole_probe` finds a pole there (``discontinuous``).
+    and :func:`_pole_probe` finds a pole there (``discontinuous``). ``rows``: the line's
+    ``(weights, status)`` from :func:`_evaluate_lines` (None: evaluate them here).
     """
     hs = (_SMOOTH_STEP, _SMOOTH_STEP / 4, _SMOOTH_STEP / 16)
-    ts = np.array([0.0] + [s * h for h in hs for s in (-2, -1, 1, 2)])
-    batch = _line_points(x0, tau, d, ts)
-    r = evaluate(batch, k, method, tau=tau)
-    if r.failures:
-        refused = np.isin(r.status, list(_POLE_CODES))
+    ts = _line_ts()
+    weights, status = _evaluate_lines(method, [(x0, d)], k, tau)[0] if rows is None else rows
+    if (status != "ok").any():
+        refused = np.isin(status, list(_POLE_CODES))
         if not refused.any():
             return None
         t0 = float(ts[np.flatnonzero(refused)[np.argmin(np.abs(ts[refused]))]])
@@ -188,7 +242,7 @@ def _line_class(
         if found is None:
             return None
         return "discontinuous", found[0], found[1]
-    g = r.weights.astype(np.float64)
+    g = weights.astype(np.float64)
     noise = 16 * np.finfo(float).eps * max(1.0, float(np.max(np.abs(g))))
     g0 = g[0]
     jumps: list[list[np.ndarray]] = [[], [], []]
@@ -225,16 +279,21 @@ def _line_class(
     return "C-infinity", 0.0, ""
 
 
+def _direction(rng: np.random.Generator, n: int) -> FloatArray:
+    d = rng.standard_normal(n)
+    d /= np.linalg.norm(d)
+    return d
+
+
 def _point_class(method: str, x0: FloatArray, k: int, tau: float) -> tuple[str, float, str]:
     """Worst class along two fixed-seed random lines through ``x0``."""
     if x0.shape[-1] < 2 or not np.isfinite(x0).all():
         return "C-infinity", 0.0, ""
     rng = np.random.default_rng(zlib.crc32(x0.tobytes() + repr((k, tau)).encode()))
     best = ("C-infinity", 0.0, "")
-    for _ in range(2):
-        d = rng.standard_normal(x0.shape[-1])
-        d /= np.linalg.norm(d)
-        measured = _line_class(method, x0, k, tau, d)
+    directions = [_direction(rng, x0.shape[-1]) for _ in range(2)]
+    for d, rows in zip(directions, _evaluate_lines(method, [(x0, d) for d in directions], k, tau), strict=True):
+        measured = _line_class(method, x0, k, tau, d, rows)
         if measured is None:
             continue
         cls, size, detail = measured
@@ -310,16 +369,15 @@ def _smooth_measure(ev: Evaluator, method: str, x: FloatArray, k: int, tau: floa
     if not r.failures:
         points += _candidate_points(method, x, k, tau)
     points += _ray_candidates(method, x, k, tau)
-    for x0, where in points:
-        for _ in range(2):
-            d = rng.standard_normal(x.shape[-1])
-            d /= np.linalg.norm(d)
-            measured = _line_class(method, x0, k, tau, d)
-            if measured is None:
-                continue
-            cls, size, detail = measured
-            if best is None or _CLASS_RANK[cls] > _CLASS_RANK[best[0]] or (cls == best[0] and size > best[1]):
-                best = (cls, size, f"{where}: {detail}; direction {_vec(d, 3)}", x0)
+    lines = [(x0, where, _direction(rng, x.shape[-1])) for x0, where in points for _ in range(2)]
+    evaluated = _evaluate_lines(method, [(x0, d) for x0, _, d in lines], k, tau)
+    for (x0, where, d), rows in zip(lines, evaluated, strict=True):
+        measured = _line_class(method, x0, k, tau, d, rows)
+        if measured is None:
+            continue
+        cls, size, detail = measured
+        if best is None or _CLASS_RANK[cls] > _CLASS_RANK[best[0]] or (cls == best[0] and size > best[1]):
+            best = (cls, size, f"{where}: {detail}; direction {_vec(d, 3)}", x0)
     return best
 
 

@@ -84,7 +84,8 @@ def _v_monotone_weak(ev: Evaluator, method: str, x: FloatArray, k: int, tau: flo
     )
 
 
-def _v_monotone_strict(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
+def _strict_pairs(x: FloatArray, k: int, tau: float) -> tuple[FloatArray, np.ndarray, np.ndarray] | None:
+    """``(z, i, j)``, the pairs strict monotonicity is checked on, or None (it does not apply)."""
     n = int(np.isfinite(x).sum())
     if n < 2 or k >= n:
         return None
@@ -92,6 +93,14 @@ def _v_monotone_strict(ev: Evaluator, method: str, x: FloatArray, k: int, tau: f
     i_idx, j_idx = _ordered_pairs(z)
     if i_idx.size == 0:
         return None
+    return z, i_idx, j_idx
+
+
+def _v_monotone_strict(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
+    pairs = _strict_pairs(x, k, tau)
+    if pairs is None:
+        return None
+    z, i_idx, j_idx = pairs
     r = ev.row(method, x, k, tau)
     if r.failures:
         return _failed(r, tau)
