@@ -214,7 +214,9 @@ def _recursive_checked(z: FloatArray, k: int, exact: Forward | None) -> Forward:
     ``bound(recursion) + EXACT_ERROR <= CANCELLATION_TOLERANCE`` for ``p``, and ``fl(1 - p)``
     relatively within ``CANCELLATION_TOLERANCE``; such a row's complement is that ``fl(1 - p)``.
     Rows that failed (log 0) need no comparison either. The rows reported, their codes, messages
-    and weights are those of comparing every row.
+    and weights are those of comparing every row. Certified and failed rows are marked
+    ``elementwise_rows`` (tied entries already have equal bits; only ``grad``'s ``q`` needs its ties
+    averaged).
     """
     rec = _run_recursion(z, k)
     tr = rec.trace
@@ -249,7 +251,10 @@ def _recursive_checked(z: FloatArray, k: int, exact: Forward | None) -> Forward:
     }
     p = np.where(failed[:, None], np.nan, rec.p)
     q = np.where(failed[:, None], np.nan, q)
-    return Forward(p=p, q=q, code=code, level=level, value=value, messages=messages)
+    # p is the recursion's on every row (elementwise: z_i and row scalars), q too where certified
+    return Forward(
+        p=p, q=q, code=code, level=level, value=value, messages=messages, elementwise_rows=certified | failed
+    )
 
 
 def _recursive_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
