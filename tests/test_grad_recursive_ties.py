@@ -68,3 +68,16 @@ def test_average_ties_on_a_subset_of_rows_leaves_the_others() -> None:
     assert average_ties(z, a, rows=np.array([2]))[0] is a  # no tie in that row: unchanged
     assert average_ties(z, a, rows=np.array([], dtype=np.int64))[0] is a
     np.testing.assert_array_equal(average_ties(z, a, rows=np.array([1, 0, 2]))[0], everything)
+
+
+def test_combined_forwards_keep_the_elementwise_rows_of_each_part() -> None:
+    from topk_cli.operators._base import Forward, _combine_rows
+
+    def part(rows: int, mask: list[bool] | None) -> Forward:
+        fwd = Forward(p=np.zeros((rows, 2)), q=np.ones((rows, 2)))
+        fwd.elementwise_rows = None if mask is None else np.array(mask)
+        return fwd
+
+    out = _combine_rows(4, [(np.array([0, 1, 2]), part(3, [True, False, True])), (np.array([2, 3]), part(2, None))])
+    assert out.elementwise_rows is not None and out.elementwise_rows.tolist() == [True, False, False, False]
+    assert _combine_rows(2, [(np.array([0, 1]), part(2, None))]).elementwise_rows is None
