@@ -6,6 +6,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+import numpy as np
+
 from topk_cli.api import get_method
 from topk_cli.operators._base import FloatArray
 from topk_cli.properties.evaluator import Evaluator, _z
@@ -24,6 +26,7 @@ from topk_cli.properties.shrinking import _shrink
 from topk_cli.properties.smoothness import check_smooth
 from topk_cli.properties.violations import (
     _exact_shift,
+    _fd_stencil,
     _kth_gap,
     _permutations,
     _strict_pairs,
@@ -67,6 +70,12 @@ def _strict_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, i
 
 def _k1_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
     return [(x, k, tau)] if k == 1 else []
+
+
+def _jacobian_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    stencil = _fd_stencil(x, tau) if np.isfinite(x).all() else None
+    fd = [] if stencil is None else [(row, k, tau) for row in stencil[1].reshape(-1, x.shape[-1])]
+    return [(x, k, tau), *fd]
 
 
 def _shift_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
@@ -242,7 +251,10 @@ def check_jacobian(method: str, cases: Sequence[Case], *, evaluator: Evaluator |
     >>> check_jacobian("hard", [Case((3.0, 1.0, 2.0), 2)]).holds
     True
     """
-    return _run_check(evaluator or Evaluator(), method, "jacobian", _jacobian_cases(cases), _v_jacobian, TOL_JACOBIAN, shrink=False)
+    items = _plain_items if get_method(method).capabilities.monte_carlo else _jacobian_items  # MC: not differentiated
+    return _run_check(
+        evaluator or Evaluator(), method, "jacobian", _jacobian_cases(cases), _v_jacobian, TOL_JACOBIAN, shrink=False, items=items
+    )
 
 
 def check_finite(method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from topk_cli.api import evaluate, get_method, jacobian
+from topk_cli.api import get_method, jacobian
 from topk_cli.errors import NumericalFailureError
 from topk_cli.operators._base import FloatArray
 from topk_cli.properties.evaluator import Evaluator, _failed, _hard, _softmax, _z
@@ -244,6 +244,24 @@ def _v_finite(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> 
     return _Measure(0.0 if ok else 1.0, detail="" if ok else "non-finite weights returned with status ok")
 
 
+def _fd_stencil(x: FloatArray, tau: float) -> tuple[float, FloatArray] | None:
+    """``(h, rows)`` of :func:`_v_jacobian`'s finite differences, ``rows[j, s] = x + step_s e_j``
+    for the steps ``h, 2h, -h, -2h``; None where they cannot be taken exactly or safely."""
+    n = x.shape[-1]
+    if not _FD_STEP * tau >= 1e-300:
+        return None  # tau so small that no finite-difference step is representable
+    h = 2.0 ** round(math.log2(_FD_STEP * tau))  # a power of two: x_j +- h is exact
+    gaps = np.diff(np.sort(x))
+    if ((gaps > 0) & (gaps < 8 * h)).any():
+        return None  # near-ties inside the stencil: several kinks could sit under it
+    offsets = np.array([h, 2 * h, -h, -2 * h])
+    rows = x[None, None, :] + offsets[None, :, None] * np.eye(n)[:, None, :]  # (n, 4, n)
+    taken = np.einsum("jsj->js", rows - x[None, None, :])
+    if not np.array_equal(taken, np.tile(offsets, (n, 1))):
+        return None  # |x| too large for an exact step
+    return h, rows
+
+
 def _v_jacobian(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
     """Analytic Jacobian against finite differences along each coordinate ``e_j``.
 
@@ -257,21 +275,14 @@ def _v_jacobian(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -
     if r.failures:
         return _failed(r, tau)
     n = x.shape[-1]
-    if not _FD_STEP * tau >= 1e-300:
-        return None  # tau so small that no finite-difference step is representable
-    h = 2.0 ** round(math.log2(_FD_STEP * tau))  # a power of two: x_j +- h is exact
-    gaps = np.diff(np.sort(x))
-    if ((gaps > 0) & (gaps < 8 * h)).any():
-        return None  # near-ties inside the stencil: several kinks could sit under it
-    offsets = np.array([h, 2 * h, -h, -2 * h])
-    rows = x[None, None, :] + offsets[None, :, None] * np.eye(n)[:, None, :]  # (n, 4, n)
-    taken = np.einsum("jsj->js", rows - x[None, None, :])
-    if not np.array_equal(taken, np.tile(offsets, (n, 1))):
-        return None  # |x| too large for an exact step
-    fd = evaluate(rows.reshape(4 * n, n), k, method, tau=tau)
-    if fd.failures:
+    stencil = _fd_stencil(x, tau)
+    if stencil is None:
         return None
-    g = np.asarray(fd.weights, dtype=np.float64).reshape(n, 4, n)  # g[j, s, i] = p_i(x + step_s e_j)
+    h, rows = stencil
+    fd = [ev.row(method, row, k, tau) for row in rows.reshape(4 * n, n)]
+    if any(f.failures for f in fd):
+        return None
+    g = np.vstack([f.weights for f in fd]).astype(np.float64).reshape(n, 4, n)  # g[j, s, i] = p_i(x + step_s e_j)
     p0 = r.weights[0]
     d1p, d2p, d1m, d2m = (g[:, s, :] - p0[None, :] for s in range(4))
     jump = (np.abs(d2p - 2 * d1p) > 0.5 * np.abs(d1p) + 1e-9) | (np.abs(d2m - 2 * d1m) > 0.5 * np.abs(d1m) + 1e-9)
