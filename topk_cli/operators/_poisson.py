@@ -197,6 +197,18 @@ def _sweeps(pit: FloatArray, qit: FloatArray, dpit: FloatArray | None, k: int, i
     """The forward and backward sweeps over entries (``(n, R)`` inputs): the numerators
     ``(nh, mh)`` of ``p_t`` and ``1 - p_t`` (before the factors ``pi_t``, ``1 - pi_t``) and
     their tangents, ``(n, R)`` each."""
+    if pit.shape[1] == 1:
+        # np.einsum sums the products of a single column as one contiguous dot product, in another
+        # order than the columns of a wider table (one product at a time): two equal columns keep
+        # a row's bits independent of the batch it comes in
+        def two(a: FloatArray) -> FloatArray:
+            return np.repeat(a, 2, axis=-1)
+
+        pair = None if starts is None else (
+            two(starts[0]), None if starts[1] is None else two(starts[1]),
+            two(starts[2]), None if starts[3] is None else two(starts[3]))
+        nh, mh, dnh, dmh = _sweeps(two(pit), two(qit), None if dpit is None else two(dpit), k, interval, pair)
+        return nh[:, :1], mh[:, :1], None if dnh is None else dnh[:, :1], None if dmh is None else dmh[:, :1]
     n, rows = pit.shape
     width = k + 1
     buf = np.empty((k, rows))
