@@ -30,7 +30,7 @@ _EXP_ERR = 8.0
 _TINY = 2.0**-1020
 
 
-def ws_fast(z: FloatArray, k: int) -> Forward:
+def ws_fast(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     """The ``k`` rounds of ``weighted-softmax`` in linear float64, with a certified error bound per row.
 
     Rows must be free of masked entries, have ``max z = 0`` and ``min z >= -``:data:`FAST_MAX_GAP`.
@@ -74,8 +74,17 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
     round as the faithful path does, but ``rho = e^z / S`` and ``c = 1 - s`` only compactly: ``1 / S``
     (``inv``) and ``c_top = X / S`` per round and the ``top`` entry (fewer pages to fault in: see
     :func:`_ws_rounds`), and none of the log-space copies (see
-    :func:`~topk_cli.operators.weighted_softmax._ws_log_aux`).
+    :func:`~topk_cli.operators.weighted_softmax._ws_log_aux`). Without ``store``, ``aux`` holds only
+    ``fast`` and ``error_estimate`` (the rounds run in two reused ``(B, n)`` buffers, the same bits).
     """
+    return _ws_fast_w(z, k, store)[0]
+
+
+def _ws_fast_w(
+    z: FloatArray, k: int, store: bool, into: tuple[FloatArray, FloatArray] | None = None
+) -> tuple[Forward, FloatArray]:
+    """:func:`ws_fast` and its ``w = e^z`` (``w_top = 1``), which the VJP reads; the stored ``s`` and
+    ``f`` go to ``into`` (``(B, k, n)`` buffers) when given."""
     bsz, n = z.shape
     u = _UNIT
     rows = np.arange(bsz)
@@ -88,7 +97,9 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
     w2 = np.maximum(np.max(w_rest, axis=-1), 0.0) if n > 1 else np.zeros(bsz)  # largest non-top w
     del w_rest
     p, q = np.zeros_like(z), np.ones_like(z)
-    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "f")}
+    stacks = ({} if not store else {name: np.empty((bsz, k, n)) for name in ("s", "f")} if into is None
+              else {"s": into[0], "f": into[1]})
+    s_buf, f_buf = (np.empty_like(z), np.empty_like(z)) if not store else (z, z)
     inv_all, c_top_all = np.empty((bsz, k)), np.empty((bsz, k))
     eps_w = _EXP_ERR * u
     gamma = 1.01 * (_tree_sum_depth(n) + 1) * u
@@ -110,7 +121,7 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
             x_sum = _tree_sum(uu)
             total = x_sum + q_top
             inv = 1.0 / total
-            s, f = stacks["s"][:, t], stacks["f"][:, t]
+            s, f = (stacks["s"][:, t], stacks["f"][:, t]) if store else (s_buf, f_buf)
             np.multiply(uu, inv[:, None], out=s)
             s[rows, top] = q_top * inv
             np.multiply(w, -inv[:, None], out=f)  # -fl(w / S), exactly
@@ -162,9 +173,40 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
         certified = (ok & (e_p <= FAST_P_BOUND) & (slack * r <= FAST_Q_BOUND) & (slack * r_top <= FAST_Q_BOUND)
                      & (np.abs(q[rows, top]) >= _TINY) & (q_low * w_min >= _TINY))
     fwd = Forward(p=p, q=q)
-    fwd.aux = {**stacks, "inv": inv_all, "c_top": c_top_all, "top": top.astype(np.float64), "error_estimate": e_p,
-               "fast": certified.astype(np.float64)}
-    return fwd
+    if store:
+        fwd.aux = {**stacks, "inv": inv_all, "c_top": c_top_all, "top": top.astype(np.float64)}
+    fwd.aux.update(error_estimate=e_p, fast=certified.astype(np.float64))
+    return fwd, w
+
+
+#: Entries of one row block's stored rounds (``s`` and ``f``, ``rows x k x n`` each) in
+#: :func:`ws_fast_vjp`: 2^22 (32 MiB per stack) whatever the batch, so the memory of a VJP is
+#: ``O(B n)`` plus this.
+_VJP_BLOCK = 2**22
+
+
+def ws_fast_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`ws_fast` (without ``store``) and, on every row, the VJP of its rounds: each block of rows
+    runs the forward with its rounds stored and then :func:`_ws_vjp_compact`, so the ``k`` rounds are
+    never held for the whole batch. Every operation of a row is the one :func:`ws_fast` and
+    :func:`_ws_vjp_compact` do on the whole batch: the same bits. Only the certified rows' VJP is
+    meaningful (``aux["fast"]``); the caller recomputes the others."""
+    bsz, n = z.shape
+    step = max(1, _VJP_BLOCK // max(1, n * k))
+    p, q, out = np.empty_like(z), np.empty_like(z), np.empty_like(z)
+    e_p, fast = np.empty(bsz), np.empty(bsz)
+    width = min(step, bsz)
+    s_blk, f_blk = np.empty((width, k, n)), np.empty((width, k, n))  # reused: no fresh pages per block
+    for lo in range(0, bsz, step):
+        b = slice(lo, lo + step)
+        nb = min(step, bsz - lo)
+        fwd, w = _ws_fast_w(z[b], k, True, (s_blk[:nb], f_blk[:nb]))
+        p[b], q[b], e_p[b], fast[b] = fwd.p, fwd.q, fwd.aux["error_estimate"], fwd.aux["fast"]
+        with np.errstate(over="ignore", invalid="ignore"):  # uncertified rows may overflow: recomputed
+            out[b] = _ws_vjp_compact(fwd, w, k, -v[b])
+    whole = Forward(p=p, q=q)
+    whole.aux = {"error_estimate": e_p, "fast": fast}
+    return whole, out
 
 
 def _general_terms(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from topk_cli.operators._base import FloatArray, Forward, Implementation, _combine_rows
+from topk_cli.operators._base import OK, FloatArray, Forward, Implementation, _combine_rows
 from topk_cli.operators._logsigned import (
     _LOG_NOISE,
     _NEG_INF,
@@ -41,6 +41,7 @@ from topk_cli.operators._weighted_softmax_fast import (
     _ws_vjp_compact,
     _ws_w,
     ws_fast,
+    ws_fast_vjp,
 )
 
 
@@ -51,28 +52,92 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP` first go through
     :func:`~topk_cli.operators._weighted_softmax_fast.ws_fast` (plain float64 rounds with a rigorous
     error bound); the rows it cannot certify, and the others, are computed by :func:`_ws_faithful`.
-    ``aux["fast"]`` is 1.0 on the rows the fast path returned. Their ``aux`` has no log-space copies
-    (:func:`_ws_log_aux` derives them) and, when every row is fast, keeps ``rho`` and ``c`` compactly
-    (:func:`~topk_cli.operators._weighted_softmax_fast._ws_rounds` forms them); a mixed batch gets them
-    stored (:func:`~topk_cli.operators._weighted_softmax_fast._ws_expand`).
+    ``aux["fast"]`` is 1.0 on the rows the fast path returned.
+
+    The rounds (``k`` arrays of ``n`` per row) are not kept: a forward pass needs ``O(B n)`` memory on
+    the fast rows, and the Jacobian and VJP recompute them (:func:`_ws_forward`; the API's VJP runs
+    :func:`_ws_forward_vjp`, one pass for both).
 
     >>> weighted_softmax_topk(np.array([[0.0, -1.0]]), 1).p.round(4)
     array([[0.7311, 0.2689]])
     """
+    return _ws_forward(z, k, store=False)
+
+
+def _eligible(z: FloatArray) -> NDArray[np.bool_]:
+    """The rows the fast path takes: no masked entry, ``max z = 0`` and a gap of at most
+    :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP`."""
     with np.errstate(invalid="ignore"):  # -inf - -inf on fully masked input: not eligible
-        eligible = np.isfinite(z).all(axis=-1) & (np.max(z, axis=-1) == 0.0) & (np.min(z, axis=-1) >= -FAST_MAX_GAP)
+        return np.asarray(np.isfinite(z).all(axis=-1) & (np.max(z, axis=-1) == 0.0)
+                          & (np.min(z, axis=-1) >= -FAST_MAX_GAP), dtype=bool)
+
+
+def _ws_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
+    """:func:`weighted_softmax_topk`, with the rounds the derivatives read in ``aux`` when ``store``
+    (else only ``aux["fast"]`` and ``aux["error_estimate"]``; the same ``p``, ``q`` and codes).
+
+    Stored, the fast rows' ``aux`` has no log-space copies (:func:`_ws_log_aux` derives them) and, when
+    every row is fast, keeps ``rho`` and ``c`` compactly
+    (:func:`~topk_cli.operators._weighted_softmax_fast._ws_rounds` forms them); a mixed batch gets them
+    stored (:func:`~topk_cli.operators._weighted_softmax_fast._ws_expand`)."""
+    eligible = _eligible(z)
     if not eligible.any():
         return _ws_faithful(z, k)
     rows = np.flatnonzero(eligible)
-    fast = ws_fast(z if eligible.all() else z[rows], k)
+    fast = ws_fast(z if eligible.all() else z[rows], k, store=store)
     rescue = np.concatenate([np.flatnonzero(~eligible), rows[fast.aux["fast"] == 0]])
     if rescue.size == 0:
         return fast
     slow = _ws_faithful(z[rescue], k)
+    if not store:
+        slow.aux = {name: slow.aux[name] for name in fast.aux}
+        return _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
     _ws_expand(fast, z if eligible.all() else z[rows], k)
     # the faithful part first, as it carries every aux key (the log-space copies stay 0 on fast rows),
     # then the fast part, then the faithful part again over the fast path's uncertified rows
     return _combine_rows(z.shape[0], [(rescue, slow), (rows, fast), (rescue, slow)])
+
+
+def _ws_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`weighted_softmax_topk` and :func:`_ws_vjp` in one pass: the fast rows by
+    :func:`~topk_cli.operators._weighted_softmax_fast.ws_fast_vjp` (rounds held for one block of rows
+    at a time), the others faithfully (forward and VJP). With failed rows the API reports the
+    forward's failure, so no derivative is computed for them."""
+    eligible = _eligible(z)
+    out = np.zeros_like(z)
+    if not eligible.any():
+        fwd = _ws_faithful(z, k)
+        if (fwd.codes() == OK).all() and np.isfinite(fwd.p).all():
+            out = _ws_vjp(fwd, z, k, v)
+        return _ws_without_rounds(fwd), out
+    rows = np.flatnonzero(eligible)
+    every = eligible.all()
+    fast, out_fast = ws_fast_vjp(z if every else z[rows], k, v if every else v[rows])
+    rescue = np.concatenate([np.flatnonzero(~eligible), rows[fast.aux["fast"] == 0]])
+    if rescue.size == 0:
+        return fast, _checked(out_fast, "weighted-softmax")
+    out[rows] = out_fast
+    slow = _ws_faithful(z[rescue], k)
+    failed = (slow.codes() != OK).any() or not np.isfinite(slow.p).all()
+    out[rescue] = 0.0 if failed else _ws_vjp(slow, z[rescue], k, v[rescue])
+    slow.aux = {name: slow.aux[name] for name in fast.aux}
+    whole = _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
+    return whole, out if failed else _checked(out, "weighted-softmax")
+
+
+def _ws_without_rounds(fwd: Forward) -> Forward:
+    """``fwd`` with only the ``aux`` of a forward pass that keeps no rounds."""
+    fwd.aux = {name: fwd.aux[name] for name in ("error_estimate", "fast") if name in fwd.aux}
+    return fwd
+
+
+def _ws_stored(fwd: Forward, z: FloatArray, k: int) -> Forward:
+    """``fwd``, or the forward pass with its rounds stored when ``fwd`` kept none (recomputed: the
+    same bits; quietly, as the forward pass it repeats ran)."""
+    if "s" in fwd.aux:
+        return fwd
+    with np.errstate(all="ignore"):
+        return _ws_forward(z, k)
 
 
 def _ws_faithful(z: FloatArray, k: int) -> Forward:
@@ -272,6 +337,7 @@ def _ws_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     ``e^709`` once a gap in ``z`` exceeds ~709, while ``dq`` is as small as ``q``) are recomputed in
     signed log space (:func:`_ws_jacobian_log`), where those products are representable.
     """
+    fwd = _ws_stored(fwd, z, k)
     out = _ws_jacobian_linear(fwd, z, k)
     bad = np.asarray(~np.isfinite(out.reshape(out.shape[0], -1)).all(axis=-1), dtype=bool)
     if bad.any():
@@ -287,6 +353,7 @@ _LOG_JACOBIAN_GROWTH = 16.0
 
 def _ws_log_jacobian_error(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_]) -> FloatArray:
     """Per row, the error bound of :func:`_ws_jacobian_log` (in units of ``1/tau``)."""
+    fwd = _ws_stored(fwd, z, k)
     big = np.zeros(int(rows.sum()))
     aux = _ws_log_aux(fwd, z, rows)
     for name in ("lf", "lrho", "ls", "lc"):
@@ -321,6 +388,7 @@ def _ws_jacobian_log(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_
     """The forward mode of :func:`_ws_jacobian` on ``rows``, with ``dq``, ``f dq`` and
     ``Y = sum_j rho_j dq_j`` in signed log space: ``f`` and ``rho`` may overflow and ``dq``
     underflow while their products are moderate. ``O(k n^2)`` exponentials and logs per row."""
+    fwd = _ws_stored(fwd, z, k)
     zr = z[rows]
     bsz, n = zr.shape
     live = np.isfinite(zr)
@@ -353,6 +421,7 @@ def _ws_jacobian_log(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_
 
 def _ws_jacobian_linear(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     """The forward mode of :func:`_ws_jacobian` in linear float64 (may overflow, see there)."""
+    fwd = _ws_stored(fwd, z, k)
     bsz, n = z.shape
     live = np.isfinite(z)
     eye = np.broadcast_to(np.eye(n), (bsz, n, n)) * live[:, :, None] * live[:, None, :]
@@ -369,7 +438,12 @@ def _ws_jacobian_linear(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 
 def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     """Reverse mode through the rounds stored in ``fwd.aux`` (the transpose of the Jacobian's
-    forward mode): ``O(k n)`` time per row."""
+    forward mode): ``O(k n)`` time per row. A forward pass that kept no rounds is recomputed, with the
+    VJP (:func:`_ws_forward_vjp`) when every row of it succeeded."""
+    if "s" not in fwd.aux:
+        if (fwd.codes() == OK).all():
+            return _ws_forward_vjp(z, k, v)[1]
+        fwd = _ws_stored(fwd, z, k)
     live = np.isfinite(z)
     masked = not live.all()  # without masked entries the stored rounds are all finite: no masking needed
     rows = np.arange(z.shape[0])
@@ -402,4 +476,6 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     return _checked(out, "weighted-softmax")
 
 
-WEIGHTED_SOFTMAX = Implementation(forward=weighted_softmax_topk, jacobian=_ws_jacobian, vjp=_ws_vjp)
+WEIGHTED_SOFTMAX = Implementation(
+    forward=weighted_softmax_topk, jacobian=_ws_jacobian, vjp=_ws_vjp, forward_vjp=_ws_forward_vjp
+)
