@@ -82,13 +82,13 @@ def _ws_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     stored (:func:`~topk_cli.operators._weighted_softmax_fast._ws_expand`)."""
     eligible = _eligible(z)
     if not eligible.any():
-        return _ws_faithful(z, k)
+        return _ws_faithful(z, k, store=store)
     rows = np.flatnonzero(eligible)
     fast = ws_fast(z if eligible.all() else z[rows], k, store=store)
     rescue = np.concatenate([np.flatnonzero(~eligible), rows[fast.aux["fast"] == 0]])
     if rescue.size == 0:
         return fast
-    slow = _ws_faithful(z[rescue], k)
+    slow = _ws_faithful(z[rescue], k, store=store)
     if not store:
         slow.aux = {name: slow.aux[name] for name in fast.aux}
         return _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
@@ -140,13 +140,15 @@ def _ws_stored(fwd: Forward, z: FloatArray, k: int) -> Forward:
         return _ws_forward(z, k)
 
 
-def _ws_faithful(z: FloatArray, k: int) -> Forward:
+def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     """``k`` rounds of ``p <- p + q e^z / sum(q e^z)`` with ``q = 1 - p``, in signed log space.
 
     Shapes: ``z`` is ``(B, n)`` (see ``_base``); ``p`` and ``q`` are ``(B, n)``, ``sum p = k``.
     ``p`` is not confined to [0, 1]; as ``tau -> 0`` with ``k = 2`` it tends to
     ``(1.5, 0.5, 0, ...)``. Rows where the normaliser ``S`` vanishes (a pole) get code ``"inf"``,
     rows whose estimated error exceeds :data:`ILL_CONDITIONED_TOLERANCE` ``"ill-conditioned"``.
+    Without ``store`` the rounds the derivatives read are neither formed nor kept (``aux`` holds only
+    ``fast`` and ``error_estimate``; ``p``, ``q`` and the codes are the same bits).
 
     >>> _ws_faithful(np.array([[0.0, -3000.0, -6000.0]]), 2).p.round(4)
     array([[1.5, 0.5, 0. ]])
@@ -176,7 +178,8 @@ def _ws_faithful(z: FloatArray, k: int) -> Forward:
         s_sign = np.sign(s_lin)
         log_s = np.log(np.abs(s_lin))  # log|S| = m + log_s; differences subtract m first
         xpos, xneg = logsumexp_exclusive(apos), logsumexp_exclusive(aneg)  # sum_{j != i} u_j, by sign
-        t_sign, lt = _log_diff(xpos, xneg)
+        if store:  # X_i = sum_{j != i} u_j, for c = X / S (the derivatives only)
+            t_sign, lt = _log_diff(xpos, xneg)
         lpe = lp + z  # log|p_i e^{z_i}|
         ppos, pneg = _parts(sp, lpe)
         vpos, vneg = np.logaddexp(xpos, pneg), np.logaddexp(xneg, ppos)
@@ -200,18 +203,19 @@ def _ws_faithful(z: FloatArray, k: int) -> Forward:
         l_step = (a - m) - log_s  # log|s_i|
         l_f = (lv - m) - log_s  # log|f_i|, f_i = 1 - e^{z_i}/S = q_new_i / q_i
         s_val = e / s_lin
-        steps["s"].append(s_val)
-        steps["f"].append(_to_linear(v_sign * s_sign, l_f))
-        steps["c"].append(_to_linear(t_sign * s_sign, (lt - m) - log_s))
-        steps["rho"].append(_to_linear(s_sign * np.ones_like(z), (z - m) - log_s))
-        # log-space copies of the factors that overflow beyond gaps of ~709 (signed rho = sign(S) e^lrho)
-        steps["lf"].append(l_f)
-        steps["sf"].append(v_sign * s_sign)
-        steps["lrho"].append(np.where(masked, _NEG_INF, (z - m) - log_s))
-        steps["ls"].append(np.where(sq == 0, _NEG_INF, l_step))
-        steps["ss"].append(sq * s_sign)
-        steps["lc"].append(np.where(t_sign == 0, _NEG_INF, (lt - m) - log_s))
-        steps["sc"].append(t_sign * s_sign)
+        if store:
+            steps["s"].append(s_val)
+            steps["f"].append(_to_linear(v_sign * s_sign, l_f))
+            steps["c"].append(_to_linear(t_sign * s_sign, (lt - m) - log_s))
+            steps["rho"].append(_to_linear(s_sign * np.ones_like(z), (z - m) - log_s))
+            # log-space copies of the factors that overflow beyond gaps of ~709 (signed rho = sign(S) e^lrho)
+            steps["lf"].append(l_f)
+            steps["sf"].append(v_sign * s_sign)
+            steps["lrho"].append(np.where(masked, _NEG_INF, (z - m) - log_s))
+            steps["ls"].append(np.where(sq == 0, _NEG_INF, l_step))
+            steps["ss"].append(sq * s_sign)
+            steps["lc"].append(np.where(t_sign == 0, _NEG_INF, (lt - m) - log_s))
+            steps["sc"].append(t_sign * s_sign)
         sp_new, lp_new = _signed_add(sp, lp, sq * s_sign, l_step)
         err_u, err_q, err_p = _ws_local_errors({
             "a": a, "m": m, "lq": lq, "z": z, "lv": lv, "sq": sq, "lpe": lpe, "lp": lp, "sp": sp, "apos": apos,
@@ -227,7 +231,7 @@ def _ws_faithful(z: FloatArray, k: int) -> Forward:
         sq, lq = sq * v_sign * s_sign, lq + l_f
         lq = np.where(sq == 0, _NEG_INF, lq)
     fwd.p = np.where(masked, 0.0, _to_linear(sp, lp))
-    fwd.aux = {name: np.stack(vals, axis=1) for name, vals in steps.items()}  # (B, k, n)
+    fwd.aux = {name: np.stack(vals, axis=1) for name, vals in steps.items()} if store else {}  # (B, k, n)
     fwd.aux["fast"] = np.zeros(bsz)
     err.report(fwd, z, "weighted-softmax", lambda b: _ws_explain(err.cause, b))
     fwd.q = np.where(masked, 1.0, _ws_complement(fwd.p, sq, lq, err))
