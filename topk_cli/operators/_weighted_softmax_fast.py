@@ -98,7 +98,7 @@ def _ws_fast_w(z: FloatArray, k: int, store: bool) -> tuple[Forward, FloatArray]
     for lo in range(0, bsz, step):
         b = slice(lo, lo + step)
         nb = min(step, bsz - lo)
-        out = (aux["s"][b], aux["f"][b], aux["inv"][b], aux["c_top"][b]) if store else None
+        out = {name: val[b] for name, val in aux.items()} if store else None
         _ws_run(w[b], top[b], w2[b], k, p[b], q[b], rec.view(b), out, (scratch[0][:nb], scratch[1][:nb]))
     e_p, certified = _ws_bound(rec, w2, w_min, q[np.arange(bsz), top], k, n)
     fwd = Forward(p=p, q=q)
@@ -111,16 +111,16 @@ def _ws_fast_w(z: FloatArray, k: int, store: bool) -> tuple[Forward, FloatArray]
 #: Entries ``rows x n`` of one row block of :func:`ws_fast`: every round of a block runs on arrays that
 #: stay in cache.
 _FWD_BLOCK = 2**16
-#: Entries of one row block's stored rounds (``s`` and ``f``, ``rows x k x n`` each) in
-#: :func:`ws_fast_vjp`: 2^22 (32 MiB per stack) whatever the batch, so the memory of a VJP is
-#: ``O(B n)`` plus this.
-_VJP_BLOCK = 2**22
+#: Largest number of entries of one row block's stored rounds (``s``, ``rows x k x n``) in
+#: :func:`ws_fast_vjp` (its blocks are otherwise those of the forward): 2^23 (64 MiB) whatever the
+#: batch, so the memory of a VJP is ``O(B n)`` plus this.
+_VJP_BLOCK = 2**23
 
 
 def ws_fast_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
     """:func:`ws_fast` (without ``store``) and, on every row, the VJP of its rounds: each block of rows
-    runs the rounds with their ``s`` and ``f`` stored into one reused buffer and then
-    :func:`_ws_vjp_compact`, so the ``k`` rounds are never held for the whole batch. The bound is
+    runs the rounds with their ``s`` stored into one reused buffer (``f`` is formed again from ``w``,
+    ``1 / S`` and ``f_top``, as the forward formed it) and then :func:`_ws_vjp_compact`, so the ``k`` rounds are never held for the whole batch. The bound is
     formed once for the whole batch. Every operation of a row is the one :func:`ws_fast` and
     :func:`_ws_vjp_compact` do on the whole batch: the same bits. Only the certified rows' VJP is
     meaningful (``aux["fast"]``); the caller recomputes the others."""
@@ -128,16 +128,18 @@ def ws_fast_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArr
     top, w, w_min, w2 = _ws_weights(z)
     p, q, out = np.zeros_like(z), np.ones_like(z), np.empty_like(z)
     rec = _Record(bsz, k)
-    step = max(1, min(_VJP_BLOCK // (n * k), bsz))
-    s_blk, f_blk = np.empty((step, k, n)), np.empty((step, k, n))  # reused: no fresh pages per block
-    inv_blk, c_top_blk = np.empty((step, k)), np.empty((step, k))
+    step = max(1, min(_FWD_BLOCK // n, _VJP_BLOCK // (n * k), bsz))
+    # reused: no fresh pages per block
+    bufs = {"s": np.empty((step, k, n)), "inv": np.empty((step, k)), "c_top": np.empty((step, k)),
+            "f_top": np.empty((step, k))}
+    scratch = np.empty((step, n)), np.empty((step, n))
     for lo in range(0, bsz, step):
         b = slice(lo, lo + step)
         nb = min(step, bsz - lo)
-        blk = (s_blk[:nb], f_blk[:nb], inv_blk[:nb], c_top_blk[:nb])
-        _ws_run(w[b], top[b], w2[b], k, p[b], q[b], rec.view(b), blk, None)
+        blk = {name: val[:nb] for name, val in bufs.items()}
+        _ws_run(w[b], top[b], w2[b], k, p[b], q[b], rec.view(b), blk, (scratch[0][:nb], scratch[1][:nb]))
         fwd = Forward(p=p[b], q=q[b])
-        fwd.aux = {"s": blk[0], "f": blk[1], "inv": blk[2], "c_top": blk[3], "top": top[b].astype(np.float64)}
+        fwd.aux = {**blk, "top": top[b].astype(np.float64)}
         with np.errstate(over="ignore", invalid="ignore"):  # uncertified rows may overflow: recomputed
             out[b] = _ws_vjp_compact(fwd, w[b], k, -v[b])
     e_p, certified = _ws_bound(rec, w2, w_min, q[np.arange(bsz), top], k, n)
@@ -181,12 +183,13 @@ class _Record:
 
 def _ws_run(
     w: FloatArray, top: NDArray[np.intp], w2: FloatArray, k: int, p: FloatArray, q: FloatArray, rec: _Record,
-    out: tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None, scratch: tuple[FloatArray, FloatArray] | None,
+    out: dict[str, FloatArray] | None, scratch: tuple[FloatArray, FloatArray],
 ) -> None:
     """The ``k`` linear rounds of :func:`ws_fast` on a block of rows (``p`` and ``q`` updated in place),
-    recording in ``rec`` what the bound reads; each round's ``s``, ``f``, ``1 / S`` and ``c_top = X / S``
-    go to ``out`` (``(b, k, n)``, ``(b, k, n)``, ``(b, k)``, ``(b, k)``) when given, else ``s`` and
-    ``f`` to ``scratch``."""
+    recording in ``rec`` what the bound reads. With ``out``, each round's ``1 / S`` and ``c_top = X / S``
+    go to ``out["inv"]`` and ``out["c_top"]`` (``(b, k)``), ``s`` and ``f`` to ``out["s"]`` and
+    ``out["f"]`` (``(b, k, n)``) if present (else to ``scratch``) and ``f_top`` to ``out["f_top"]`` if
+    present."""
     u = _UNIT
     rows = np.arange(w.shape[0])
     gamma = 1.01 * (_tree_sum_depth(w.shape[1]) + 1) * u
@@ -200,14 +203,17 @@ def _ws_run(
             x_sum = _tree_sum(uu)
             total = x_sum + q_top
             inv = 1.0 / total
-            s, f = (out[0][:, t], out[1][:, t]) if out is not None else scratch  # type: ignore[misc]
+            s = out["s"][:, t] if out is not None and "s" in out else scratch[0]
+            f = out["f"][:, t] if out is not None and "f" in out else scratch[1]
             np.multiply(uu, inv[:, None], out=s)
             s[rows, top] = q_top * inv
             np.multiply(w, -inv[:, None], out=f)  # -fl(w / S), exactly
             f += 1.0
             f[rows, top] = (x_sum - (1.0 - q_top)) * inv
             if out is not None:
-                out[2][:, t], out[3][:, t] = inv, x_sum * inv
+                out["inv"][:, t], out["c_top"][:, t] = inv, x_sum * inv
+                if "f_top" in out:
+                    out["f_top"][:, t] = f[rows, top]
             shortcut = positive & (total > w2 * (1.0 + 8.0 * u))
             slow = np.flatnonzero(~shortcut)
             if slow.size:  # S below some w_i, or some q_i < 0: per-entry passes on those rows
@@ -366,14 +372,22 @@ def _ws_expand_rows(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dic
 def _ws_vjp_compact(fwd: Forward, w: FloatArray, k: int, qbar: FloatArray) -> FloatArray:
     """:func:`~topk_cli.operators.weighted_softmax._ws_vjp` on the fast path's compact aux (``qbar = -v``, updated in place): the same reverse
     mode, with ``rho = w / S`` and ``c = 1 - s`` folded into the updates (``s_i X_i - c_i g_i = s_i
-    total - g_i`` where ``X_i = total - g_i``), so that neither is formed as an array."""
+    total - g_i`` where ``X_i = total - g_i``), so that neither is formed as an array. Without a stored
+    ``f``, each round's is formed again from ``w``, ``1 / S`` and ``aux["f_top"]``, the same bits."""
     aux = fwd.aux
     rows = np.arange(w.shape[0])
     top = aux["top"].astype(np.int64)
     zbar = np.zeros_like(qbar)
     g, tmp = np.empty_like(qbar), np.empty_like(qbar)
+    f_buf = None if "f" in aux else np.empty_like(qbar)
     for t in reversed(range(k)):
-        s, f, c_top = aux["s"][:, t], aux["f"][:, t], aux["c_top"][:, t]
+        s, c_top = aux["s"][:, t], aux["c_top"][:, t]
+        if f_buf is None:
+            f = aux["f"][:, t]
+        else:  # f = fl(1 - fl(w fl(1 / S))) and f_top, as the forward formed them
+            f = np.multiply(w, -aux["inv"][:, t, None], out=f_buf)
+            f += 1.0
+            f[rows, top] = aux["f_top"][:, t]
         np.multiply(s, qbar, out=g)  # minus the cotangent of c dz - X
         # X_i = sum_{j != i} g_j is total - g_i except at the entry of largest |g|: rest there
         total, big, rest = _total_without_largest(g, rows, tmp)
