@@ -12,6 +12,7 @@ from topk_cli.analysis.probe import (
     DEFAULT_METHODS,
     MAX_PROBE_BYTES,
     _order_violations,
+    _score_order,
     draw_scores,
     grad_recursive_outlook,
     parse_scales,
@@ -153,6 +154,13 @@ def test_order_violations_respect_ties_and_tolerance():
     z = np.array([[0.0, -1.0, -1.0, -2.0]] * 3)
     p = np.array([[0.9, 0.5, 0.6, 0.1], [0.9, 0.5, 0.5, 0.6], [0.9, 0.5, 0.5, 0.5 + 1e-12]])
     assert _order_violations(z, p, 1e-9).tolist() == [False, True, False]
+    # the scores' part, computed once per unit, gives the same answer for any weights
+    rng = np.random.default_rng(3)
+    z = np.round(rng.normal(size=(50, 12)), 1)
+    order = _score_order(z)
+    for _ in range(5):
+        p = np.round(rng.random(z.shape), 1)
+        assert np.array_equal(_order_violations(z, p, 0.05, order), _order_violations(z, p, 0.05))
 
 
 def test_bad_arguments_raise():
