@@ -9,6 +9,7 @@ CORE = [
     "topk_cli",
     "topk_cli.api",
     "topk_cli.registry",
+    "topk_cli.method_spec",
     "topk_cli.properties",
     "topk_cli.analysis",
     "topk_cli.references",

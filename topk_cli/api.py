@@ -204,10 +204,12 @@ def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
         )
     fwd.code = codes
     if not impl.elementwise:
+        # rows whose weights the forward computed elementwise already give ties equal bits
+        rows = None if fwd.elementwise_rows is None else np.flatnonzero(~fwd.elementwise_rows)
         if "stderr" in fwd.aux:
-            fwd.p, fwd.q, fwd.aux["stderr"] = average_ties(prep.z, fwd.p, fwd.q, fwd.aux["stderr"])
+            fwd.p, fwd.q, fwd.aux["stderr"] = average_ties(prep.z, fwd.p, fwd.q, fwd.aux["stderr"], rows=rows)
         else:
-            fwd.p, fwd.q = average_ties(prep.z, fwd.p, fwd.q)
+            fwd.p, fwd.q = average_ties(prep.z, fwd.p, fwd.q, rows=rows)
     return fwd, tuple(failures)
 
 

@@ -43,6 +43,10 @@ class Forward:
     ``level[b]`` a recursion level (-1 when not applicable), ``value[b]`` the offending
     quantity (NaN when not applicable) and ``messages[b]`` a sentence for failed rows.
     ``aux`` holds whatever the Jacobian and VJP need (thresholds, derivatives, tables).
+    ``elementwise_rows[b]`` is True when row ``b``'s ``p`` and ``q`` are functions of ``z_i`` and
+    row-level quantities only (as an elementwise :class:`Implementation` computes every row), so
+    exactly equal entries already have bitwise-equal weights; the API averages ties only on the
+    other rows (None: on every row, unless the implementation is elementwise).
     """
 
     p: FloatArray
@@ -52,6 +56,7 @@ class Forward:
     value: FloatArray | None = None
     messages: dict[int, str] = field(default_factory=dict)
     aux: dict[str, FloatArray] = field(default_factory=dict)
+    elementwise_rows: NDArray[np.bool_] | None = None
 
     def codes(self) -> NDArray[np.str_]:
         """Per-row status codes, all :data:`OK` when the method reported nothing."""
@@ -101,6 +106,7 @@ def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> F
     out = Forward(p=full(first.p), q=full(first.q))
     out.aux = {name: full(val) for name, val in first.aux.items()}
     failed = any(fwd.code is not None for _, fwd in parts)
+    elementwise = np.zeros(bsz, dtype=bool)  # a part that says nothing is averaged
     code = np.full(bsz, OK, dtype="<U16")
     level = np.full(bsz, -1, dtype=np.int64)
     value = np.full(bsz, np.nan)
@@ -111,18 +117,36 @@ def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> F
         code[rows] = fwd.codes()
         level[rows] = -1 if fwd.level is None else fwd.level
         value[rows] = np.nan if fwd.value is None else fwd.value
+        elementwise[rows] = False if fwd.elementwise_rows is None else fwd.elementwise_rows
         for b in rows:
             out.messages.pop(int(b), None)
         out.messages.update({int(rows[b]): msg for b, msg in fwd.messages.items()})
     if failed:
         out.code, out.level, out.value = code, level, value
+    if any(fwd.elementwise_rows is not None for _, fwd in parts):
+        out.elementwise_rows = elementwise
     return out
 
 
-def average_ties(z: FloatArray, *arrays: FloatArray) -> tuple[FloatArray, ...]:
+def average_ties(
+    z: FloatArray, *arrays: FloatArray, rows: NDArray[np.int64] | None = None
+) -> tuple[FloatArray, ...]:
     """Each array (``(B, n)``, or ``(B, n, C)`` column by column) with its entries replaced by
     their mean over the groups of exactly equal ``z`` in a row; the arrays themselves when no row
-    has a tie."""
+    has a tie. ``rows``: average these rows only (distinct indices), leaving the others as they are."""
+    if rows is not None:
+        if rows.size == z.shape[0]:  # every row, in order or not: the same as all of them
+            return average_ties(z, *arrays)
+        if not rows.size:
+            return arrays
+        subset = tuple(a[rows] for a in arrays)
+        averaged = average_ties(z[rows], *subset)
+        if all(new is old for new, old in zip(averaged, subset, strict=True)):  # no tie there
+            return arrays
+        out = tuple(a.copy() for a in arrays)
+        for full, part in zip(out, averaged, strict=True):
+            full[rows] = part
+        return out
     order = np.argsort(z, axis=-1, kind="stable")
     zs = np.take_along_axis(z, order, axis=-1)
     starts = np.ones(zs.shape, dtype=bool)

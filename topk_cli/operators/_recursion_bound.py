@@ -66,6 +66,19 @@ _C = 8.0
 _SMALL = 1e-4
 
 
+def _largest_finite_magnitude(z: FloatArray) -> FloatArray:
+    """``max |z_i|`` over the finite entries of each row (0 for none): from the row's minimum and
+    maximum where both are finite, entry by entry on the other rows (masked, or not numbers)."""
+    low = np.min(z, axis=-1)
+    high = np.max(z, axis=-1)
+    out = np.maximum(np.abs(low), np.abs(high))
+    other = np.flatnonzero(~(np.isfinite(low) & np.isfinite(high)))
+    if other.size:
+        sub = z[other]
+        out[other] = np.max(np.abs(sub), axis=-1, where=np.isfinite(sub), initial=0.0)
+    return out
+
+
 class RunningBound:
     """The running bound of one batch of rows; call :meth:`level` and :meth:`lse` as the
     recursion computes each level, then :meth:`result` with the smallest final complement."""
@@ -74,7 +87,7 @@ class RunningBound:
         n = z.shape[-1]
         self._log_n = math.log(max(n, 1))
         self._sum = (math.log2(max(n, 1)) + 30.0) * _U  # pairwise summation of n positive terms
-        self._zmax = np.max(np.abs(z), axis=-1, where=np.isfinite(z), initial=0.0)
+        self._zmax = _largest_finite_magnitude(z)
         self.spread = np.zeros(z.shape[0])  # W
         self.lse_error = self._lse(log_z1, 1)  # Psi
 

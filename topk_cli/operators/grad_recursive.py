@@ -93,9 +93,10 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
     previous = np.full((rows, n), np.nan)
     arg = np.empty((rows, n))  # buffers reused level after level (same operations, in place)
     tmp = np.empty((rows, n))
-    log_zi = z.copy()
-    log_z = logsumexp(log_zi, axis=-1)
+    log_z = logsumexp(z, axis=-1, buf=tmp)
     bound = RunningBound(z, log_z)
+    log_zi = z  # level 1; from level 2 on, its own buffer
+    buffer = np.empty((rows, n))
     # log(0) and log(< 0) are the failures under study: they are recorded, not warned about
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for j in range(2, k + 1):
@@ -121,12 +122,12 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
             min_level[better] = j
             min_entry[better] = worst[better]
             bound.level(low, log_z)
-            np.add(z, log_z[:, None], out=log_zi)
+            log_zi = np.add(z, log_z[:, None], out=buffer)
             log_zi += np.log(arg, out=tmp)
             log_z = logsumexp(log_zi, buf=tmp) - np.log(j)
             bound.lse(log_z, j)
             previous, arg = arg, previous
-        p = np.exp(log_zi - log_z[:, None])
+        p = np.exp(np.subtract(log_zi, log_z[:, None], out=arg), out=arg)
         q = np.subtract(1.0, p, out=tmp)
         p_bound, q_bound = bound.result(np.min(q, axis=-1))
     trace = RecursionTrace(
@@ -214,7 +215,9 @@ def _recursive_checked(z: FloatArray, k: int, exact: Forward | None) -> Forward:
     ``bound(recursion) + EXACT_ERROR <= CANCELLATION_TOLERANCE`` for ``p``, and ``fl(1 - p)``
     relatively within ``CANCELLATION_TOLERANCE``; such a row's complement is that ``fl(1 - p)``.
     Rows that failed (log 0) need no comparison either. The rows reported, their codes, messages
-    and weights are those of comparing every row.
+    and weights are those of comparing every row. Certified and failed rows are marked
+    ``elementwise_rows`` (tied entries already have equal bits; only ``grad``'s ``q`` needs its ties
+    averaged).
     """
     rec = _run_recursion(z, k)
     tr = rec.trace
@@ -247,9 +250,14 @@ def _recursive_checked(z: FloatArray, k: int, exact: Forward | None) -> Forward:
         )
         for b in np.flatnonzero(failed)
     }
-    p = np.where(failed[:, None], np.nan, rec.p)
-    q = np.where(failed[:, None], np.nan, q)
-    return Forward(p=p, q=q, code=code, level=level, value=value, messages=messages)
+    p = rec.p
+    if failed.any():
+        p = np.where(failed[:, None], np.nan, p)
+        q = np.where(failed[:, None], np.nan, q)
+    # p is the recursion's on every row (elementwise: z_i and row scalars), q too where certified
+    return Forward(
+        p=p, q=q, code=code, level=level, value=value, messages=messages, elementwise_rows=certified | failed
+    )
 
 
 def _recursive_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
