@@ -348,6 +348,34 @@ def test_grad_memory_does_not_grow_with_n_times_k() -> None:
     assert peak < 64 * 2**20  # the full O(n k) tables alone would be 40 MB each, several of them
 
 
+def test_probability_program_gives_a_row_the_same_bits_in_any_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row's p, q and tangent do not depend on the rows it is computed with: alone, or in
+    chunks of two rows with a chunk of one left over (the table products must not switch to
+    another summation order for a single column)."""
+    from topk_cli.operators import _poisson
+    from topk_cli.operators.gradtopk import _start_tilt
+
+    rng = np.random.default_rng(31)
+    budget0 = _poisson.BUDGET
+    for k in (5, 15):
+        z = rng.normal(size=(3, 40)) * 2.0
+        z[1, 7] = -np.inf
+        z -= np.max(z, axis=1, keepdims=True)
+        v = rng.normal(size=z.shape)
+        lam = _start_tilt(z, k)
+        alone = [_poisson.marginals(z[i : i + 1], k, lam[i : i + 1], v[i : i + 1]) for i in range(3)]
+        # one chunk of full tables; chunks of 2 + 1 rows, checkpointed every 7 entries
+        for budget, layout in ((budget0, (3, 40)), (60 * (k + 1), (2, 7))):
+            monkeypatch.setattr(_poisson, "BUDGET", budget)
+            assert _poisson._layout(3, 40, k, 2) == layout
+            batch = _poisson.marginals(z, k, lam, v)
+            for i, one in enumerate(alone):
+                assert one.dp is not None and batch.dp is not None
+                np.testing.assert_array_equal(batch.p[i], one.p[0])
+                np.testing.assert_array_equal(batch.q[i], one.q[0])
+                np.testing.assert_array_equal(batch.dp[i], one.dp[0])
+
+
 @pytest.mark.parametrize("method", ["grad", "grad-recursive"])
 def test_fused_vjp_matches_the_separate_passes_and_raises_the_same(method: str) -> None:
     """``vjp`` runs the forward pass and the tangent together: same product as forward + VJP,

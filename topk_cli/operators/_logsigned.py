@@ -70,12 +70,15 @@ def _exclusive_sum(x: FloatArray) -> FloatArray:
     return out
 
 
-def _total_without_largest(g: FloatArray, rows: NDArray[np.intp]) -> tuple[FloatArray, NDArray[np.intp], FloatArray]:
+def _total_without_largest(
+    g: FloatArray, rows: NDArray[np.intp], scratch: FloatArray | None = None
+) -> tuple[FloatArray, NDArray[np.intp], FloatArray]:
     """The pieces of :func:`_exclusive_sum` for a 2-D ``g`` without forming it: the row totals, the
     column of each row's largest ``|g|`` and the row sum without that entry (summed directly; total
-    minus it could lose everything). ``g`` is restored bit for bit; ``rows`` is ``arange(B)``."""
+    minus it could lose everything). ``g`` is restored bit for bit; ``rows`` is ``arange(B)``;
+    ``scratch`` (``g``'s shape), when given, receives ``|g|``."""
     total = g.sum(axis=1)
-    big = np.argmax(np.abs(g), axis=1)
+    big = np.argmax(np.abs(g, out=scratch), axis=1)
     g_big = g[rows, big]
     g[rows, big] = 0.0
     rest = g.sum(axis=1)

@@ -30,7 +30,7 @@ _EXP_ERR = 8.0
 _TINY = 2.0**-1020
 
 
-def ws_fast(z: FloatArray, k: int) -> Forward:
+def ws_fast(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     """The ``k`` rounds of ``weighted-softmax`` in linear float64, with a certified error bound per row.
 
     Rows must be free of masked entries, have ``max z = 0`` and ``min z >= -``:data:`FAST_MAX_GAP`.
@@ -74,10 +74,84 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
     round as the faithful path does, but ``rho = e^z / S`` and ``c = 1 - s`` only compactly: ``1 / S``
     (``inv``) and ``c_top = X / S`` per round and the ``top`` entry (fewer pages to fault in: see
     :func:`_ws_rounds`), and none of the log-space copies (see
-    :func:`~topk_cli.operators.weighted_softmax._ws_log_aux`).
+    :func:`~topk_cli.operators.weighted_softmax._ws_log_aux`). Without ``store``, ``aux`` holds only
+    ``fast`` and ``error_estimate`` (the rounds run in two reused ``(B, n)`` buffers, the same bits).
     """
+    return _ws_fast_w(z, k, store)[0]
+
+
+def _ws_fast_w(z: FloatArray, k: int, store: bool) -> tuple[Forward, FloatArray]:
+    """:func:`ws_fast` and its ``w = e^z`` (``w_top = 1``), which the VJP reads. Rows run in blocks of
+    :data:`_FWD_BLOCK` entries (every round of a block in cache); without ``store`` into two reused
+    scratch buffers."""
     bsz, n = z.shape
-    u = _UNIT
+    top, w, w_min, w2 = _ws_weights(z)
+    p, q = np.zeros_like(z), np.ones_like(z)
+    rec = _Record(bsz, k)
+    aux: dict[str, FloatArray] = {}
+    if store:
+        aux = {"s": np.empty((bsz, k, n)), "f": np.empty((bsz, k, n)), "inv": np.empty((bsz, k)),
+               "c_top": np.empty((bsz, k))}
+    step = max(1, _FWD_BLOCK // n)
+    width = min(step, bsz)
+    scratch = np.empty((width, n)), np.empty((width, n))
+    for lo in range(0, bsz, step):
+        b = slice(lo, lo + step)
+        nb = min(step, bsz - lo)
+        out = {name: val[b] for name, val in aux.items()} if store else None
+        _ws_run(w[b], top[b], w2[b], k, p[b], q[b], rec.view(b), out, (scratch[0][:nb], scratch[1][:nb]))
+    e_p, certified = _ws_bound(rec, w2, w_min, q[np.arange(bsz), top], k, n)
+    fwd = Forward(p=p, q=q)
+    if store:
+        aux["top"] = top.astype(np.float64)
+    fwd.aux = {**aux, "error_estimate": e_p, "fast": certified.astype(np.float64)}
+    return fwd, w
+
+
+#: Entries ``rows x n`` of one row block of :func:`ws_fast`: every round of a block runs on arrays that
+#: stay in cache.
+_FWD_BLOCK = 2**16
+#: Largest number of entries of one row block's stored rounds (``s``, ``rows x k x n``) in
+#: :func:`ws_fast_vjp` (its blocks are otherwise those of the forward): 2^23 (64 MiB) whatever the
+#: batch, so the memory of a VJP is ``O(B n)`` plus this.
+_VJP_BLOCK = 2**23
+
+
+def ws_fast_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`ws_fast` (without ``store``) and, on every row, the VJP of its rounds: each block of rows
+    runs the rounds with their ``s`` stored into one reused buffer (``f`` is formed again from ``w``,
+    ``1 / S`` and ``f_top``, as the forward formed it) and then :func:`_ws_vjp_compact`, so the ``k`` rounds are never held for the whole batch. The bound is
+    formed once for the whole batch. Every operation of a row is the one :func:`ws_fast` and
+    :func:`_ws_vjp_compact` do on the whole batch: the same bits. Only the certified rows' VJP is
+    meaningful (``aux["fast"]``); the caller recomputes the others."""
+    bsz, n = z.shape
+    top, w, w_min, w2 = _ws_weights(z)
+    p, q, out = np.zeros_like(z), np.ones_like(z), np.empty_like(z)
+    rec = _Record(bsz, k)
+    step = max(1, min(_FWD_BLOCK // n, _VJP_BLOCK // (n * k), bsz))
+    # reused: no fresh pages per block
+    bufs = {"s": np.empty((step, k, n)), "inv": np.empty((step, k)), "c_top": np.empty((step, k)),
+            "f_top": np.empty((step, k))}
+    scratch = np.empty((step, n)), np.empty((step, n))
+    for lo in range(0, bsz, step):
+        b = slice(lo, lo + step)
+        nb = min(step, bsz - lo)
+        blk = {name: val[:nb] for name, val in bufs.items()}
+        _ws_run(w[b], top[b], w2[b], k, p[b], q[b], rec.view(b), blk, (scratch[0][:nb], scratch[1][:nb]))
+        fwd = Forward(p=p[b], q=q[b])
+        fwd.aux = {**blk, "top": top[b].astype(np.float64)}
+        with np.errstate(over="ignore", invalid="ignore"):  # uncertified rows may overflow: recomputed
+            out[b] = _ws_vjp_compact(fwd, w[b], k, -v[b])
+    e_p, certified = _ws_bound(rec, w2, w_min, q[np.arange(bsz), top], k, n)
+    whole = Forward(p=p, q=q)
+    whole.aux = {"error_estimate": e_p, "fast": certified.astype(np.float64)}
+    return whole, out
+
+
+def _ws_weights(z: FloatArray) -> tuple[NDArray[np.intp], FloatArray, FloatArray, FloatArray]:
+    """``top`` (the first maximal entry), ``w = e^z`` with ``w_top = 1`` exactly, ``min w`` and ``w_2``
+    (the largest non-top ``w``), per row."""
+    bsz, n = z.shape
     rows = np.arange(bsz)
     top = np.argmax(z, axis=-1)
     w = np.exp(z)
@@ -86,22 +160,41 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
     w_rest = w.copy()
     w_rest[rows, top] = -np.inf
     w2 = np.maximum(np.max(w_rest, axis=-1), 0.0) if n > 1 else np.zeros(bsz)  # largest non-top w
-    del w_rest
-    p, q = np.zeros_like(z), np.ones_like(z)
-    stacks = {name: np.empty((bsz, k, n)) for name in ("s", "f")}
-    inv_all, c_top_all = np.empty((bsz, k)), np.empty((bsz, k))
-    eps_w = _EXP_ERR * u
-    gamma = 1.01 * (_tree_sum_depth(n) + 1) * u
-    r = np.zeros(bsz)  # relative error of the non-top q
-    r_top = np.zeros(bsz)  # relative error of q_top
-    e_p = np.zeros(bsz)  # absolute error of p
-    p_max = np.zeros(bsz)  # bound on max |p|
-    q_low = np.ones(bsz)  # lower bound on min_{i != top} |q_i|
-    positive = np.ones(bsz, dtype=bool)  # every non-top q > 0 (then A = X)
-    all_positive = np.ones(bsz, dtype=bool)  # every q > 0 in every round so far
-    err_s_max = np.zeros(bsz)  # largest relative error of an s_i so far
-    ok = np.ones(bsz, dtype=bool)
-    uu = np.empty_like(z)
+    return top, w, w_min, w2
+
+
+class _Record:
+    """What the bound of :func:`ws_fast` reads of each round, ``(k, B)`` per quantity: ``q_top``, ``X``,
+    whether the shortcut held, whether every non-top ``q`` stayed positive, and on the rows without the
+    shortcut the row terms of :func:`_general_terms` (``A``, ``G``, ``min |f_i|``)."""
+
+    def __init__(self, bsz: int, k: int, arrays: dict[str, np.ndarray] | None = None) -> None:
+        self.arrays = arrays if arrays is not None else {
+            name: np.zeros((k, bsz), dtype=bool if name in ("shortcut", "positive") else np.float64)
+            for name in ("q_top", "x_sum", "shortcut", "positive", "a_sum", "g_max", "f_low")
+        }
+
+    def view(self, b: slice) -> _Record:
+        return _Record(0, 0, {name: val[:, b] for name, val in self.arrays.items()})
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+
+def _ws_run(
+    w: FloatArray, top: NDArray[np.intp], w2: FloatArray, k: int, p: FloatArray, q: FloatArray, rec: _Record,
+    out: dict[str, FloatArray] | None, scratch: tuple[FloatArray, FloatArray],
+) -> None:
+    """The ``k`` linear rounds of :func:`ws_fast` on a block of rows (``p`` and ``q`` updated in place),
+    recording in ``rec`` what the bound reads. With ``out``, each round's ``1 / S`` and ``c_top = X / S``
+    go to ``out["inv"]`` and ``out["c_top"]`` (``(b, k)``), ``s`` and ``f`` to ``out["s"]`` and
+    ``out["f"]`` (``(b, k, n)``) if present (else to ``scratch``) and ``f_top`` to ``out["f_top"]`` if
+    present."""
+    u = _UNIT
+    rows = np.arange(w.shape[0])
+    gamma = 1.01 * (_tree_sum_depth(w.shape[1]) + 1) * u
+    positive = np.ones(w.shape[0], dtype=bool)  # every non-top q > 0 (then A = X)
+    uu = np.empty_like(w)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # blown-up bounds: not certified
         for t in range(k):
             q_top = q[rows, top]
@@ -110,61 +203,87 @@ def ws_fast(z: FloatArray, k: int) -> Forward:
             x_sum = _tree_sum(uu)
             total = x_sum + q_top
             inv = 1.0 / total
-            s, f = stacks["s"][:, t], stacks["f"][:, t]
+            s = out["s"][:, t] if out is not None and "s" in out else scratch[0]
+            f = out["f"][:, t] if out is not None and "f" in out else scratch[1]
             np.multiply(uu, inv[:, None], out=s)
             s[rows, top] = q_top * inv
             np.multiply(w, -inv[:, None], out=f)  # -fl(w / S), exactly
             f += 1.0
-            one_minus = 1.0 - q_top
-            v_top = x_sum - one_minus
-            f[rows, top] = v_top * inv
-            c_top = x_sum * inv
-            inv_all[:, t], c_top_all[:, t] = inv, c_top
-            # the bound for this round
-            s_abs = np.abs(total)
+            f[rows, top] = (x_sum - (1.0 - q_top)) * inv
+            if out is not None:
+                out["inv"][:, t], out["c_top"][:, t] = inv, x_sum * inv
+                if "f_top" in out:
+                    out["f_top"][:, t] = f[rows, top]
             shortcut = positive & (total > w2 * (1.0 + 8.0 * u))
-            a_sum = x_sum * (1.0 + gamma)
-            # computed f_i = fl(1 - fl(w_i fl(1 / S))) >= (1 - (w_2 / S)(1 + 3 u))(1 - u) > 0 there
-            g_max = w2 / (total - w2 * (1.0 + 4.0 * u)) * (1.0 + 4.0 * u)
-            f_low = (1.0 - w2 * inv * (1.0 + 8.0 * u)) * (1.0 - 4.0 * u)
             slow = np.flatnonzero(~shortcut)
             if slow.size:  # S below some w_i, or some q_i < 0: per-entry passes on those rows
-                a_sum[slow], g_max[slow], f_low[slow], f_min = _general_terms(uu[slow], w[slow], f[slow], top[slow],
-                                                                            s_abs[slow], gamma)
+                rec["a_sum"][t, slow], rec["g_max"][t, slow], rec["f_low"][t, slow], f_min = _general_terms(
+                    uu[slow], w[slow], f[slow], top[slow], np.abs(total[slow]), gamma)
                 positive[slow] &= f_min > 0
-            d_x = (1.01 * (r + eps_w + u) + gamma) * a_sum
-            d_s = d_x + r_top * np.abs(q_top) + u * s_abs
-            rho_s = d_s / s_abs
-            err_f = 1.01 * g_max * (eps_w + rho_s + 2.0 * u) + u
-            v_abs = np.abs(v_top)
-            err_v_top = (d_x + r_top * np.abs(q_top) + u * np.abs(one_minus)) / v_abs
-            err_f_top = 1.01 * ((d_x + r_top * np.abs(q_top)) / (s_abs * v_abs) + u * np.abs(one_minus) / v_abs) + 4.0 * u
-            kappa = (a_sum + np.abs(q_top)) / s_abs
-            p_max += kappa
-            s_top = np.abs(q_top * inv)
-            err_s_top = r_top * np.abs(c_top) + d_x / s_abs + 3.0 * u
-            err_s = r + eps_w + rho_s + 3.0 * u  # relative error of the non-top s_i
-            e_p += 1.01 * np.maximum(s_top * err_s_top, (kappa - s_top) * err_s) + u * p_max
-            err_s_max = np.maximum(err_s_max, np.maximum(err_s_top, err_s))
-            all_positive &= positive & (q_top > 0) & (total > 0)
-            r = r + 1.01 * err_f + u
-            r_top = r_top + err_f_top + u
-            ok &= (err_v_top <= 1e-6) & (rho_s <= 1e-6) & (np.abs(q_top) >= _TINY) & (q_low * w_min >= _TINY)
-            q_low = q_low * f_low
+            rec["q_top"][t], rec["x_sum"][t], rec["shortcut"][t], rec["positive"][t] = q_top, x_sum, shortcut, positive
             p += s
             q *= f
+
+
+def _ws_bound(
+    rec: _Record, w2: FloatArray, w_min: FloatArray, q_top_end: FloatArray, k: int, n: int
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """The bound of :func:`ws_fast` from the rounds' record (the docstring there): ``e_p`` (``1 + 32 k
+    u`` included) and whether the row is certified. Terms that do not depend on the propagated errors
+    are formed for every round at once."""
+    u = _UNIT
+    eps_w = _EXP_ERR * u
+    gamma = 1.01 * (_tree_sum_depth(n) + 1) * u
+    q_top, x_sum, shortcut = rec["q_top"], rec["x_sum"], rec["shortcut"]
+    bsz = w2.shape[0]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # blown-up bounds: not certified
+        total = x_sum + q_top
+        inv = 1.0 / total
+        one_minus = 1.0 - q_top
+        v_top = x_sum - one_minus
+        c_top = np.abs(x_sum * inv)
+        s_abs = np.abs(total)
+        a_sum = np.where(shortcut, x_sum * (1.0 + gamma), rec["a_sum"])
+        # computed f_i = fl(1 - fl(w_i fl(1 / S))) >= (1 - (w_2 / S)(1 + 3 u))(1 - u) > 0 where the shortcut holds
+        g_max = np.where(shortcut, w2 / (total - w2 * (1.0 + 4.0 * u)) * (1.0 + 4.0 * u), rec["g_max"])
+        f_low = np.where(shortcut, (1.0 - w2 * inv * (1.0 + 8.0 * u)) * (1.0 - 4.0 * u), rec["f_low"])
+        abs_q_top, v_abs, abs_one_minus = np.abs(q_top), np.abs(v_top), np.abs(one_minus)
+        kappa = (a_sum + abs_q_top) / s_abs
+        s_top = np.abs(q_top * inv)
+        tiny_top = abs_q_top >= _TINY
+        all_positive = (rec["positive"] & (q_top > 0) & (total > 0)).all(axis=0)
+        r = np.zeros(bsz)  # relative error of the non-top q
+        r_top = np.zeros(bsz)  # relative error of q_top
+        e_p = np.zeros(bsz)  # absolute error of p
+        p_max = np.zeros(bsz)  # bound on max |p|
+        q_low = np.ones(bsz)  # lower bound on min_{i != top} |q_i|
+        err_s_max = np.zeros(bsz)  # largest relative error of an s_i so far
+        ok = np.ones(bsz, dtype=bool)
+        for t in range(k):
+            d_x = (1.01 * (r + eps_w + u) + gamma) * a_sum[t]
+            d_top = d_x + r_top * abs_q_top[t]
+            rho_s = (d_top + u * s_abs[t]) / s_abs[t]
+            err_f = 1.01 * g_max[t] * (eps_w + rho_s + 2.0 * u) + u
+            err_v_top = (d_top + u * abs_one_minus[t]) / v_abs[t]
+            err_f_top = 1.01 * (d_top / (s_abs[t] * v_abs[t]) + u * abs_one_minus[t] / v_abs[t]) + 4.0 * u
+            p_max += kappa[t]
+            err_s_top = r_top * c_top[t] + d_x / s_abs[t] + 3.0 * u
+            err_s = r + eps_w + rho_s + 3.0 * u  # relative error of the non-top s_i
+            e_p += 1.01 * np.maximum(s_top[t] * err_s_top, (kappa[t] - s_top[t]) * err_s) + u * p_max
+            err_s_max = np.maximum(err_s_max, np.maximum(err_s_top, err_s))
+            r = r + 1.01 * err_f + u
+            r_top = r_top + err_f_top + u
+            ok &= (err_v_top <= 1e-6) & (rho_s <= 1e-6) & tiny_top[t] & (q_low * w_min >= _TINY)
+            q_low = q_low * f_low[t]
         # with every q_i > 0 in every round, every s_i >= 0 and p_i = sum_t s_i < 1: the errors of the
         # s_i add up to at most the largest relative one (and the additions to p to k u)
-        all_positive &= positive & (q[rows, top] > 0)
+        all_positive &= rec["positive"][k - 1] & (q_top_end > 0)
         e_p = np.where(all_positive, np.minimum(e_p, 1.01 * err_s_max + k * u), e_p)
         slack = 1.0 + 32.0 * k * u
         e_p *= slack
         certified = (ok & (e_p <= FAST_P_BOUND) & (slack * r <= FAST_Q_BOUND) & (slack * r_top <= FAST_Q_BOUND)
-                     & (np.abs(q[rows, top]) >= _TINY) & (q_low * w_min >= _TINY))
-    fwd = Forward(p=p, q=q)
-    fwd.aux = {**stacks, "inv": inv_all, "c_top": c_top_all, "top": top.astype(np.float64), "error_estimate": e_p,
-               "fast": certified.astype(np.float64)}
-    return fwd
+                     & (np.abs(q_top_end) >= _TINY) & (q_low * w_min >= _TINY))
+    return e_p, certified
 
 
 def _general_terms(
@@ -253,28 +372,36 @@ def _ws_expand_rows(fwd: Forward, z: FloatArray, rows: NDArray[np.bool_]) -> dic
 def _ws_vjp_compact(fwd: Forward, w: FloatArray, k: int, qbar: FloatArray) -> FloatArray:
     """:func:`~topk_cli.operators.weighted_softmax._ws_vjp` on the fast path's compact aux (``qbar = -v``, updated in place): the same reverse
     mode, with ``rho = w / S`` and ``c = 1 - s`` folded into the updates (``s_i X_i - c_i g_i = s_i
-    total - g_i`` where ``X_i = total - g_i``), so that neither is formed as an array."""
+    total - g_i`` where ``X_i = total - g_i``), so that neither is formed as an array. Without a stored
+    ``f``, each round's is formed again from ``w``, ``1 / S`` and ``aux["f_top"]``, the same bits."""
     aux = fwd.aux
     rows = np.arange(w.shape[0])
     top = aux["top"].astype(np.int64)
     zbar = np.zeros_like(qbar)
-    g = np.empty_like(qbar)
+    g, tmp = np.empty_like(qbar), np.empty_like(qbar)
+    f_buf = None if "f" in aux else np.empty_like(qbar)
     for t in reversed(range(k)):
-        s, f, c_top = aux["s"][:, t], aux["f"][:, t], aux["c_top"][:, t]
+        s, c_top = aux["s"][:, t], aux["c_top"][:, t]
+        if f_buf is None:
+            f = aux["f"][:, t]
+        else:  # f = fl(1 - fl(w fl(1 / S))) and f_top, as the forward formed them
+            f = np.multiply(w, -aux["inv"][:, t, None], out=f_buf)
+            f += 1.0
+            f[rows, top] = aux["f_top"][:, t]
         np.multiply(s, qbar, out=g)  # minus the cotangent of c dz - X
         # X_i = sum_{j != i} g_j is total - g_i except at the entry of largest |g|: rest there
-        total, big, rest = _total_without_largest(g, rows)
+        total, big, rest = _total_without_largest(g, rows, tmp)
         g_big = g[rows, big]
         s_big, s_top, g_top = s[rows, big], s[rows, top], g[rows, top]
         zbar_big, zbar_top = zbar[rows, big], zbar[rows, top]
-        zbar += s * total[:, None]
+        zbar += np.multiply(s, total[:, None], out=tmp)
         zbar -= g
         # the two entries with their own terms: the top (c_top = X / S, stored), then the entry of largest
         # |g| (X = rest; its c is c_top if it is the top)
         zbar[rows, top] = zbar_top + s_top * (total - g_top) - c_top * g_top
         zbar[rows, big] = zbar_big + s_big * rest - np.where(big == top, c_top, 1.0 - s_big) * g_big
         qbar *= f
-        qbar += w * (aux["inv"][:, t] * total)[:, None]
+        qbar += np.multiply(w, (aux["inv"][:, t] * total)[:, None], out=tmp)
     return zbar
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from topk_cli.operators._base import FloatArray, Forward, Implementation, _combine_rows
+from topk_cli.operators._base import OK, FloatArray, Forward, Implementation, _combine_rows
 from topk_cli.operators._logsigned import (
     _LOG_NOISE,
     _NEG_INF,
@@ -41,6 +41,7 @@ from topk_cli.operators._weighted_softmax_fast import (
     _ws_vjp_compact,
     _ws_w,
     ws_fast,
+    ws_fast_vjp,
 )
 
 
@@ -51,37 +52,103 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP` first go through
     :func:`~topk_cli.operators._weighted_softmax_fast.ws_fast` (plain float64 rounds with a rigorous
     error bound); the rows it cannot certify, and the others, are computed by :func:`_ws_faithful`.
-    ``aux["fast"]`` is 1.0 on the rows the fast path returned. Their ``aux`` has no log-space copies
-    (:func:`_ws_log_aux` derives them) and, when every row is fast, keeps ``rho`` and ``c`` compactly
-    (:func:`~topk_cli.operators._weighted_softmax_fast._ws_rounds` forms them); a mixed batch gets them
-    stored (:func:`~topk_cli.operators._weighted_softmax_fast._ws_expand`).
+    ``aux["fast"]`` is 1.0 on the rows the fast path returned.
+
+    The rounds (``k`` arrays of ``n`` per row) are not kept: a forward pass needs ``O(B n)`` memory on
+    the fast rows, and the Jacobian and VJP recompute them (:func:`_ws_forward`; the API's VJP runs
+    :func:`_ws_forward_vjp`, one pass for both).
 
     >>> weighted_softmax_topk(np.array([[0.0, -1.0]]), 1).p.round(4)
     array([[0.7311, 0.2689]])
     """
+    return _ws_forward(z, k, store=False)
+
+
+def _eligible(z: FloatArray) -> NDArray[np.bool_]:
+    """The rows the fast path takes: no masked entry, ``max z = 0`` and a gap of at most
+    :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP`."""
     with np.errstate(invalid="ignore"):  # -inf - -inf on fully masked input: not eligible
-        eligible = np.isfinite(z).all(axis=-1) & (np.max(z, axis=-1) == 0.0) & (np.min(z, axis=-1) >= -FAST_MAX_GAP)
+        return np.asarray(np.isfinite(z).all(axis=-1) & (np.max(z, axis=-1) == 0.0)
+                          & (np.min(z, axis=-1) >= -FAST_MAX_GAP), dtype=bool)
+
+
+def _ws_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
+    """:func:`weighted_softmax_topk`, with the rounds the derivatives read in ``aux`` when ``store``
+    (else only ``aux["fast"]`` and ``aux["error_estimate"]``; the same ``p``, ``q`` and codes).
+
+    Stored, the fast rows' ``aux`` has no log-space copies (:func:`_ws_log_aux` derives them) and, when
+    every row is fast, keeps ``rho`` and ``c`` compactly
+    (:func:`~topk_cli.operators._weighted_softmax_fast._ws_rounds` forms them); a mixed batch gets them
+    stored (:func:`~topk_cli.operators._weighted_softmax_fast._ws_expand`)."""
+    eligible = _eligible(z)
     if not eligible.any():
-        return _ws_faithful(z, k)
+        return _ws_faithful(z, k, store=store)
     rows = np.flatnonzero(eligible)
-    fast = ws_fast(z if eligible.all() else z[rows], k)
+    fast = ws_fast(z if eligible.all() else z[rows], k, store=store)
     rescue = np.concatenate([np.flatnonzero(~eligible), rows[fast.aux["fast"] == 0]])
     if rescue.size == 0:
         return fast
-    slow = _ws_faithful(z[rescue], k)
+    slow = _ws_faithful(z[rescue], k, store=store)
+    if not store:
+        slow.aux = {name: slow.aux[name] for name in fast.aux}
+        return _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
     _ws_expand(fast, z if eligible.all() else z[rows], k)
     # the faithful part first, as it carries every aux key (the log-space copies stay 0 on fast rows),
     # then the fast part, then the faithful part again over the fast path's uncertified rows
     return _combine_rows(z.shape[0], [(rescue, slow), (rows, fast), (rescue, slow)])
 
 
-def _ws_faithful(z: FloatArray, k: int) -> Forward:
+def _ws_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
+    """:func:`weighted_softmax_topk` and :func:`_ws_vjp` in one pass: the fast rows by
+    :func:`~topk_cli.operators._weighted_softmax_fast.ws_fast_vjp` (rounds held for one block of rows
+    at a time), the others faithfully (forward and VJP). With failed rows the API reports the
+    forward's failure, so no derivative is computed for them."""
+    eligible = _eligible(z)
+    out = np.zeros_like(z)
+    if not eligible.any():
+        fwd = _ws_faithful(z, k)
+        if (fwd.codes() == OK).all() and np.isfinite(fwd.p).all():
+            out = _ws_vjp(fwd, z, k, v)
+        return _ws_without_rounds(fwd), out
+    rows = np.flatnonzero(eligible)
+    every = eligible.all()
+    fast, out_fast = ws_fast_vjp(z if every else z[rows], k, v if every else v[rows])
+    rescue = np.concatenate([np.flatnonzero(~eligible), rows[fast.aux["fast"] == 0]])
+    if rescue.size == 0:
+        return fast, _checked(out_fast, "weighted-softmax")
+    out[rows] = out_fast
+    slow = _ws_faithful(z[rescue], k)
+    failed = (slow.codes() != OK).any() or not np.isfinite(slow.p).all()
+    out[rescue] = 0.0 if failed else _ws_vjp(slow, z[rescue], k, v[rescue])
+    slow.aux = {name: slow.aux[name] for name in fast.aux}
+    whole = _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
+    return whole, out if failed else _checked(out, "weighted-softmax")
+
+
+def _ws_without_rounds(fwd: Forward) -> Forward:
+    """``fwd`` with only the ``aux`` of a forward pass that keeps no rounds."""
+    fwd.aux = {name: fwd.aux[name] for name in ("error_estimate", "fast") if name in fwd.aux}
+    return fwd
+
+
+def _ws_stored(fwd: Forward, z: FloatArray, k: int) -> Forward:
+    """``fwd``, or the forward pass with its rounds stored when ``fwd`` kept none (recomputed: the
+    same bits; quietly, as the forward pass it repeats ran)."""
+    if "s" in fwd.aux:
+        return fwd
+    with np.errstate(all="ignore"):
+        return _ws_forward(z, k)
+
+
+def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     """``k`` rounds of ``p <- p + q e^z / sum(q e^z)`` with ``q = 1 - p``, in signed log space.
 
     Shapes: ``z`` is ``(B, n)`` (see ``_base``); ``p`` and ``q`` are ``(B, n)``, ``sum p = k``.
     ``p`` is not confined to [0, 1]; as ``tau -> 0`` with ``k = 2`` it tends to
     ``(1.5, 0.5, 0, ...)``. Rows where the normaliser ``S`` vanishes (a pole) get code ``"inf"``,
     rows whose estimated error exceeds :data:`ILL_CONDITIONED_TOLERANCE` ``"ill-conditioned"``.
+    Without ``store`` the rounds the derivatives read are neither formed nor kept (``aux`` holds only
+    ``fast`` and ``error_estimate``; ``p``, ``q`` and the codes are the same bits).
 
     >>> _ws_faithful(np.array([[0.0, -3000.0, -6000.0]]), 2).p.round(4)
     array([[1.5, 0.5, 0. ]])
@@ -111,7 +178,8 @@ def _ws_faithful(z: FloatArray, k: int) -> Forward:
         s_sign = np.sign(s_lin)
         log_s = np.log(np.abs(s_lin))  # log|S| = m + log_s; differences subtract m first
         xpos, xneg = logsumexp_exclusive(apos), logsumexp_exclusive(aneg)  # sum_{j != i} u_j, by sign
-        t_sign, lt = _log_diff(xpos, xneg)
+        if store:  # X_i = sum_{j != i} u_j, for c = X / S (the derivatives only)
+            t_sign, lt = _log_diff(xpos, xneg)
         lpe = lp + z  # log|p_i e^{z_i}|
         ppos, pneg = _parts(sp, lpe)
         vpos, vneg = np.logaddexp(xpos, pneg), np.logaddexp(xneg, ppos)
@@ -135,18 +203,19 @@ def _ws_faithful(z: FloatArray, k: int) -> Forward:
         l_step = (a - m) - log_s  # log|s_i|
         l_f = (lv - m) - log_s  # log|f_i|, f_i = 1 - e^{z_i}/S = q_new_i / q_i
         s_val = e / s_lin
-        steps["s"].append(s_val)
-        steps["f"].append(_to_linear(v_sign * s_sign, l_f))
-        steps["c"].append(_to_linear(t_sign * s_sign, (lt - m) - log_s))
-        steps["rho"].append(_to_linear(s_sign * np.ones_like(z), (z - m) - log_s))
-        # log-space copies of the factors that overflow beyond gaps of ~709 (signed rho = sign(S) e^lrho)
-        steps["lf"].append(l_f)
-        steps["sf"].append(v_sign * s_sign)
-        steps["lrho"].append(np.where(masked, _NEG_INF, (z - m) - log_s))
-        steps["ls"].append(np.where(sq == 0, _NEG_INF, l_step))
-        steps["ss"].append(sq * s_sign)
-        steps["lc"].append(np.where(t_sign == 0, _NEG_INF, (lt - m) - log_s))
-        steps["sc"].append(t_sign * s_sign)
+        if store:
+            steps["s"].append(s_val)
+            steps["f"].append(_to_linear(v_sign * s_sign, l_f))
+            steps["c"].append(_to_linear(t_sign * s_sign, (lt - m) - log_s))
+            steps["rho"].append(_to_linear(s_sign * np.ones_like(z), (z - m) - log_s))
+            # log-space copies of the factors that overflow beyond gaps of ~709 (signed rho = sign(S) e^lrho)
+            steps["lf"].append(l_f)
+            steps["sf"].append(v_sign * s_sign)
+            steps["lrho"].append(np.where(masked, _NEG_INF, (z - m) - log_s))
+            steps["ls"].append(np.where(sq == 0, _NEG_INF, l_step))
+            steps["ss"].append(sq * s_sign)
+            steps["lc"].append(np.where(t_sign == 0, _NEG_INF, (lt - m) - log_s))
+            steps["sc"].append(t_sign * s_sign)
         sp_new, lp_new = _signed_add(sp, lp, sq * s_sign, l_step)
         err_u, err_q, err_p = _ws_local_errors({
             "a": a, "m": m, "lq": lq, "z": z, "lv": lv, "sq": sq, "lpe": lpe, "lp": lp, "sp": sp, "apos": apos,
@@ -162,7 +231,7 @@ def _ws_faithful(z: FloatArray, k: int) -> Forward:
         sq, lq = sq * v_sign * s_sign, lq + l_f
         lq = np.where(sq == 0, _NEG_INF, lq)
     fwd.p = np.where(masked, 0.0, _to_linear(sp, lp))
-    fwd.aux = {name: np.stack(vals, axis=1) for name, vals in steps.items()}  # (B, k, n)
+    fwd.aux = {name: np.stack(vals, axis=1) for name, vals in steps.items()} if store else {}  # (B, k, n)
     fwd.aux["fast"] = np.zeros(bsz)
     err.report(fwd, z, "weighted-softmax", lambda b: _ws_explain(err.cause, b))
     fwd.q = np.where(masked, 1.0, _ws_complement(fwd.p, sq, lq, err))
@@ -272,6 +341,7 @@ def _ws_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     ``e^709`` once a gap in ``z`` exceeds ~709, while ``dq`` is as small as ``q``) are recomputed in
     signed log space (:func:`_ws_jacobian_log`), where those products are representable.
     """
+    fwd = _ws_stored(fwd, z, k)
     out = _ws_jacobian_linear(fwd, z, k)
     bad = np.asarray(~np.isfinite(out.reshape(out.shape[0], -1)).all(axis=-1), dtype=bool)
     if bad.any():
@@ -287,6 +357,7 @@ _LOG_JACOBIAN_GROWTH = 16.0
 
 def _ws_log_jacobian_error(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_]) -> FloatArray:
     """Per row, the error bound of :func:`_ws_jacobian_log` (in units of ``1/tau``)."""
+    fwd = _ws_stored(fwd, z, k)
     big = np.zeros(int(rows.sum()))
     aux = _ws_log_aux(fwd, z, rows)
     for name in ("lf", "lrho", "ls", "lc"):
@@ -321,6 +392,7 @@ def _ws_jacobian_log(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_
     """The forward mode of :func:`_ws_jacobian` on ``rows``, with ``dq``, ``f dq`` and
     ``Y = sum_j rho_j dq_j`` in signed log space: ``f`` and ``rho`` may overflow and ``dq``
     underflow while their products are moderate. ``O(k n^2)`` exponentials and logs per row."""
+    fwd = _ws_stored(fwd, z, k)
     zr = z[rows]
     bsz, n = zr.shape
     live = np.isfinite(zr)
@@ -353,6 +425,7 @@ def _ws_jacobian_log(fwd: Forward, z: FloatArray, k: int, rows: NDArray[np.bool_
 
 def _ws_jacobian_linear(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     """The forward mode of :func:`_ws_jacobian` in linear float64 (may overflow, see there)."""
+    fwd = _ws_stored(fwd, z, k)
     bsz, n = z.shape
     live = np.isfinite(z)
     eye = np.broadcast_to(np.eye(n), (bsz, n, n)) * live[:, :, None] * live[:, None, :]
@@ -369,7 +442,12 @@ def _ws_jacobian_linear(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
 
 def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     """Reverse mode through the rounds stored in ``fwd.aux`` (the transpose of the Jacobian's
-    forward mode): ``O(k n)`` time per row."""
+    forward mode): ``O(k n)`` time per row. A forward pass that kept no rounds is recomputed, with the
+    VJP (:func:`_ws_forward_vjp`) when every row of it succeeded."""
+    if "s" not in fwd.aux:
+        if (fwd.codes() == OK).all():
+            return _ws_forward_vjp(z, k, v)[1]
+        fwd = _ws_stored(fwd, z, k)
     live = np.isfinite(z)
     masked = not live.all()  # without masked entries the stored rounds are all finite: no masking needed
     rows = np.arange(z.shape[0])
@@ -402,4 +480,6 @@ def _ws_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
     return _checked(out, "weighted-softmax")
 
 
-WEIGHTED_SOFTMAX = Implementation(forward=weighted_softmax_topk, jacobian=_ws_jacobian, vjp=_ws_vjp)
+WEIGHTED_SOFTMAX = Implementation(
+    forward=weighted_softmax_topk, jacobian=_ws_jacobian, vjp=_ws_vjp, forward_vjp=_ws_forward_vjp
+)
