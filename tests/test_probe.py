@@ -12,6 +12,7 @@ from topk_cli.analysis.probe import (
     DEFAULT_METHODS,
     MAX_PROBE_BYTES,
     _order_violations,
+    _score_order,
     draw_scores,
     grad_recursive_outlook,
     parse_scales,
@@ -153,6 +154,13 @@ def test_order_violations_respect_ties_and_tolerance():
     z = np.array([[0.0, -1.0, -1.0, -2.0]] * 3)
     p = np.array([[0.9, 0.5, 0.6, 0.1], [0.9, 0.5, 0.5, 0.6], [0.9, 0.5, 0.5, 0.5 + 1e-12]])
     assert _order_violations(z, p, 1e-9).tolist() == [False, True, False]
+    # the scores' part, computed once per unit, gives the same answer for any weights
+    rng = np.random.default_rng(3)
+    z = np.round(rng.normal(size=(50, 12)), 1)
+    order = _score_order(z)
+    for _ in range(5):
+        p = np.round(rng.random(z.shape), 1)
+        assert np.array_equal(_order_violations(z, p, 0.05, order), _order_violations(z, p, 0.05))
 
 
 def test_bad_arguments_raise():
@@ -350,3 +358,29 @@ def test_shared_references_give_the_bits_of_fresh_ones() -> None:
             fresh, fresh_trusted = fn(z.copy(), k, ReferenceContext(z.copy(), k))
             assert np.array_equal(shared, fresh) and np.array_equal(trusted, fresh_trusted), (name, k)
             assert ctx.reference(fn, k)[0] is shared
+
+
+def test_grad_reference_matches_subset_enumeration():
+    """GradTopK's reference p_i = sum over k-subsets containing i of prod w / sum over k-subsets, by
+    enumeration (n = 7, every k, with ties and a masked entry)."""
+    import itertools
+
+    from topk_cli.references import ReferenceContext, grad_reference
+
+    rng = np.random.default_rng(11)
+    z = rng.normal(size=(3, 7)) * np.array([[0.5], [3.0], [8.0]])
+    z[1, 2] = z[1, 4]
+    z[2, 5] = -np.inf
+    z -= np.max(z, axis=1, keepdims=True)
+    ctx = ReferenceContext(z, 7)
+    for k in range(1, 8):
+        ref, trusted = grad_reference(z, k, ctx)
+        assert trusted.all()
+        for row in range(3):
+            w = [math.exp(v) for v in z[row]]
+            subsets = list(itertools.combinations(range(7), k))
+            total = math.fsum(math.prod(w[j] for j in s) for s in subsets)
+            if total == 0.0:  # k > number of unmasked entries
+                continue
+            want = [math.fsum(math.prod(w[j] for j in s) for s in subsets if i in s) / total for i in range(7)]
+            np.testing.assert_allclose(ref[row], want, rtol=1e-12, atol=1e-15)

@@ -128,3 +128,37 @@ def test_fixed_point_reference_converges_from_a_1e300_wide_bracket() -> None:
     for tau in (1e-300, 1e-20, 1e-3):
         p = [float(v) for v in ref.sinkhorn_fixed_point([0.0, 1.0, 1.0, 1.0], 2, tau)]
         np.testing.assert_allclose(p, [0.0, 2 / 3, 2 / 3, 2 / 3], rtol=0, atol=1e-15)
+
+
+def _exact_stop(z: list[float], k: int, tol: float, max_iter: int) -> int:
+    """First iteration whose marginal error is <= tol, on the 40-digit Sinkhorn iterates (the
+    potentials' difference ``lambda``; see the module docstring), or 0 if none."""
+    import mpmath as mp
+
+    with mp.workdps(40):
+        zs = [mp.mpf(v) for v in z]
+        lam, m = mp.mpf("0.5"), len(zs)
+        for it in range(1, max_iter + 1):
+            s = [1 / (1 + mp.exp(lam - v)) for v in zs]
+            big_s = mp.fsum(s)
+            a0, a1 = (m - k) / (m - big_s), k / big_s
+            if max(abs(a0 * (1 - si) + a1 * si - 1) for si in s) <= tol:
+                return it
+            lam += mp.log(a0) - mp.log(a1)
+    return 0
+
+
+def test_rows_stop_at_the_iteration_exact_arithmetic_stops_at() -> None:
+    """Rows of the probe's normal draws (n = 100) whose marginal error crosses tol within 1% of it:
+    the log-sum-exp form's estimate, ``expm1(f - f')`` with ``|f|`` about 5, stopped each of
+    them one iteration off (early or late); the closed-form estimate stops where the 40-digit
+    iterates do."""
+    from topk_cli.analysis.probe_grid import draw_scores
+
+    draws = draw_scores(100, 20, dist="normal", seed=0)
+    scales = np.geomspace(0.1, 1e4, 13)
+    for scale, k, rows in ((scales[4], 2, (12, 19)), (scales[5], 5, (4,)), (scales[5], 10, (10,))):
+        z = scaled_scores(scale * draws[list(rows)], 1, tau=1.0)
+        fwd = ot_sinkhorn_forward(z, k)
+        exact = [_exact_stop(row.tolist(), k, DEFAULT_TOL, 200) for row in z]
+        assert fwd.aux["iterations"].tolist() == exact

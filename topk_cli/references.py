@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -76,10 +77,9 @@ def esp_weights(tab: EspTables, k: int) -> FloatArray:
     rows, n = tab.s.shape
     if k == n:
         return tab.memo.setdefault(k, np.ones((rows, n)))
-    # log e_{k-1}(w without i), all i: (n, B)
-    loo = logsumexp(
-        np.stack([tab.prefix[:n, :, j] + tab.suffix[1:, :, k - 1 - j] for j in range(k)], axis=-1), axis=-1
-    )
+    # log e_{k-1}(w without i), all i: (n, B), from the terms log e_j(before i) + log e_{k-1-j}(after i)
+    terms = cast(FloatArray, tab.prefix[:n, :, :k] + tab.suffix[1:, :, k - 1 :: -1])  # longdouble: logsumexp is dtype-generic
+    loo = logsumexp(terms, axis=-1, buf=terms)
     with np.errstate(invalid="ignore"):  # masked entries: -inf + finite is -inf, exp gives 0
         p_sorted = np.exp(tab.s + loo.T - tab.total[:, k, None]).astype(np.float64)
     p = np.empty_like(p_sorted)

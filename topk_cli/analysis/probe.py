@@ -204,19 +204,32 @@ def grad_recursive_outlook(x: ArrayLike, k: int, *, tau: float = 1.0) -> Recursi
 # checks
 
 
-def _order_violations(z: FloatArray, p: FloatArray, tol: float) -> NDArray[np.bool_]:
-    """Rows where some strictly larger score got a weight smaller by more than ``tol``."""
+@dataclass(frozen=True)
+class _ScoreOrder:
+    """The part of the order check that depends on the scores only (shared by every k and method)."""
+
+    order: NDArray[np.intp]  # (B, n) stable ascending order of z
+    group_start: NDArray[np.intp]  # (B, n) first sorted position of each entry's tie group
+
+
+def _score_order(z: FloatArray) -> _ScoreOrder:
     order = np.argsort(z, axis=-1, kind="stable")
     zs = np.take_along_axis(z, order, axis=-1)
-    ps = np.take_along_axis(p, order, axis=-1)
     n = z.shape[1]
     idx = np.broadcast_to(np.arange(n), z.shape)
     starts = np.ones(z.shape, dtype=bool)
     starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
-    group_start = np.maximum.accumulate(np.where(starts, idx, 0), axis=-1)
+    return _ScoreOrder(order, np.maximum.accumulate(np.where(starts, idx, 0), axis=-1))
+
+
+def _order_violations(z: FloatArray, p: FloatArray, tol: float, order: _ScoreOrder | None = None) -> NDArray[np.bool_]:
+    """Rows where some strictly larger score got a weight smaller by more than ``tol``
+    (``order``: :func:`_score_order` of ``z``, when already computed)."""
+    so = _score_order(z) if order is None else order
+    ps = np.take_along_axis(p, so.order, axis=-1)
     running = np.maximum.accumulate(ps, axis=-1)  # running[i] = max p over positions <= i
     before = np.concatenate([np.full((z.shape[0], 1), -np.inf), running[:, :-1]], axis=-1)
-    best_smaller = np.take_along_axis(before, group_start, axis=-1)  # max p over strictly smaller z
+    best_smaller = np.take_along_axis(before, so.group_start, axis=-1)  # max p over strictly smaller z
     return np.any(ps < best_smaller - tol, axis=-1)
 
 
@@ -230,7 +243,8 @@ class _Batch:
     max_error: float
 
 
-def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: int, tau: float, tol: float, ctx: ReferenceContext) -> _Batch:
+def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: int, tau: float, tol: float, ctx: ReferenceContext,
+              order: _ScoreOrder | None = None) -> _Batch:
     claims = spec.guarantees
     result = evaluate(x, k, spec.name, tau=tau)
     status = np.asarray(result.status).reshape(-1)
@@ -249,7 +263,7 @@ def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: int, tau: float
         checks = {
             "sum-error": (claims.sum, np.abs(np.sum(p, axis=-1) - k) > tol * k + np.sum(slack, axis=-1)),
             "out-of-range": (claims.range, np.any((p < -tol - slack) | (p > 1 + tol + slack), axis=-1)),
-            "order-violated": (claims.monotone_weak, _order_violations(z, p, tol + float(np.max(slack, initial=0.0)))),
+            "order-violated": (claims.monotone_weak, _order_violations(z, p, tol + float(np.max(slack, initial=0.0)), order)),
         }
     for name, (claimed, bad) in checks.items():
         bad = bad & computed
@@ -358,12 +372,13 @@ def _run_unit(u: _Unit) -> list[CellResult]:
     z = scaled_scores(x, 1, tau=u.tau)
     # one O(n kmax) log-space program per (n, scale), shared by every k and method
     ctx = ReferenceContext(z, max(u.ks))
+    order = _score_order(z)  # the scores' order, shared by every k
     cells = []
     for k in u.ks:
         for method in u.names:
             spec = get_method(method)
             try:
-                batch = _classify(spec, x, z, k, u.tau, u.tolerance, ctx)
+                batch = _classify(spec, x, z, k, u.tau, u.tolerance, ctx, order)
                 detection = _detect(spec, z, k, ctx)
             except MemoryError as exc:  # the estimate above covers the probe, not every method
                 raise InvalidArgumentError(

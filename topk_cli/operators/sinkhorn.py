@@ -25,12 +25,23 @@ Sinkhorn is a slow fixed-point solver for that one scalar: its contraction facto
 as the selection hardens (small tau), which is what this method shows.
 
 Iteration (as in the authors' ``sinkhorn_forward_stablized``): start from ``g = 0``; repeat
-``f = log mu - LSE_j(g_j - C_ij)`` then ``g = log nu - LSE_i(f_i - C_ij)``. After each ``g`` update
-the columns are exact (``sum p = k`` up to rounding) and the row masses are
-``mu_i exp(f_i - f'_i)`` with ``f'`` the next row update, so the marginal error
-``max_i |exp(f_i - f'_i) - 1|`` is known for free. A row stops when it is ``<= tol``; a row still
-above after ``max_iter`` iterations gets the failure code ``no-convergence`` (never a silent
-value). ``q = 1 - p`` is ``m Gamma_i0`` corrected by the row error.
+``f = log mu - LSE_j(g_j - C_ij)`` then ``g = log nu - LSE_i(f_i - C_ij)``. Both updates have a
+closed form in the one scalar ``lambda = 1/2 + g_0 - g_1``: with ``t_i = z_i - lambda``,
+``s_i = sigmoid(t_i)`` and ``r_i = sigmoid(-t_i)``, the row update is
+``f_i = log mu - g_0 + log r_i``, and the column update that follows is ``g_0 += log((m - k) / R)``,
+``g_1 += log(k / S)`` with ``S = sum_i s_i``, ``R = sum_i r_i``, i.e.
+``lambda += log1p(alpha) - log1p(beta)``, ``alpha = (m - k - R) / R``, ``beta = (k - S) / S``.
+These are the same iterates as the log-sum-exp form in exact arithmetic, computed with one ``exp``
+per entry and iteration (``s`` and ``r`` both from ``e^{-|t|}``, no ``1 - x``) instead of two
+log-sum-exps, a ``logaddexp`` and an ``expm1`` over the row. After each column update
+``p = (1 + beta) s`` (``sum p = k`` up to rounding) and ``m`` times row ``i``'s mass is
+``(1 + alpha) r_i + (1 + beta) s_i``, so the marginal error ``max_i |alpha r_i + beta s_i|`` is
+known for free: it is affine in ``s_i`` (``r_i = 1 - s_i``), hence largest at the largest or the
+smallest score. A row stops when it is ``<= tol``; a row still above after ``max_iter`` iterations
+gets the failure code ``no-convergence`` (never a silent value). ``q = 1 - p = r - beta s``,
+without cancellation. (Measured against 50-digit iterates, this marginal error decides the
+stopping iteration better than ``expm1(f - f')`` of the log-sum-exp form, whose rounding grows
+with ``|f|``.)
 
 Jacobian: the implicit derivative of the converged plan at the returned point (what the
 authors' backward pass computes): the threshold form with ``d_i = p_i (1 - p_i)``, i.e. the
@@ -43,7 +54,6 @@ import numpy as np
 
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
-from topk_cli.operators._logspace import logsumexp
 from topk_cli.operators.threshold import threshold_jacobian, threshold_vjp
 
 #: Default iteration cap: the authors' ``max_iter`` default.
@@ -67,10 +77,15 @@ def check_sinkhorn_params(max_iter: object, tol: object) -> tuple[int, float]:
     return int(max_iter), float(tol)
 
 
-def _row_update(log_mu: FloatArray, c1: FloatArray, g0: FloatArray, g1: FloatArray) -> FloatArray:
-    """``f_i = log mu - log(e^{g0} + e^{g1 - c1_i})``; ``-inf`` on masked entries (``c1 = +inf``)."""
-    f = log_mu[:, None] - np.logaddexp(g0[:, None], g1[:, None] - c1)
-    return np.where(np.isfinite(c1), f, -np.inf)
+def _sigmoid_pair(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sigmoid(t), sigmoid(-t))``, each to a few ulps (no ``1 - x``), from one ``exp`` per
+    entry; ``t`` is overwritten."""
+    pos = t >= 0
+    e = np.exp(np.negative(np.abs(t, out=t), out=t), out=t)  # t = -inf (masked): e = 0
+    d = np.add(e, 1.0)
+    u = np.divide(1.0, d)
+    v = np.divide(e, d, out=e)
+    return np.where(pos, u, v), np.where(pos, v, u)
 
 
 def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_ITER,
@@ -91,58 +106,55 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
     fin = np.isfinite(z)
     m = fin.sum(axis=1).astype(np.float64)
     sat = m == k  # every unmasked entry selected: p = 1 exactly, nothing to iterate
-    with np.errstate(divide="ignore"):  # log 0 for saturated rows, which are not iterated
-        log_mu = -np.log(m)
-        log_nu0 = np.log(m - k) - np.log(m)
-        log_nu1 = np.log(float(k)) - np.log(m)
-    c1 = np.where(fin, 0.5 - z, np.inf)
-    g0 = np.zeros(b)
-    g1 = np.zeros(b)
-    f = _row_update(log_mu, c1, g0, g1)
-    f_next = f.copy()
-    err = np.full(b, np.inf)
+    p = np.where(fin, 1.0, 0.0)  # saturated rows keep these; the others are overwritten
+    q = np.where(fin, 0.0, 1.0)
+    lam = np.where(sat, -np.inf, 0.5)  # g0 = g1 = 0
+    err = np.where(sat, 0.0, np.inf)
     iters = np.zeros(b)
-    active = np.flatnonzero(~sat)
-    err[sat] = 0.0
-    for it in range(1, max_iter + 1):
-        if active.size == 0:
-            break
-        fa, c1a = f[active], c1[active]
-        g0[active] = log_nu0[active] - logsumexp(fa)
-        g1[active] = log_nu1[active] - logsumexp(fa - c1a)
-        fn = _row_update(log_mu[active], c1a, g0[active], g1[active])
-        with np.errstate(invalid="ignore"):  # masked entries: -inf - -inf
-            e = np.where(np.isfinite(fa), np.abs(np.expm1(fa - fn)), 0.0).max(axis=1)
-        err[active] = e
-        iters[active] = it
-        f_next[active] = fn
-        done = e <= tol
-        keep = active[~done]
-        if it < max_iter:  # converged rows (and the last iteration) keep the f matching g
-            f[keep] = fn[~done]
-        active = keep
-    with np.errstate(under="ignore", invalid="ignore"):  # far entries: weights underflow to 0
-        p = m[:, None] * np.exp(f + g1[:, None] - c1)
-        gamma0 = m[:, None] * np.exp(f + g0[:, None])
-        q = gamma0 - np.expm1(f - f_next)  # 1 - p = m Gamma_i0 + (1 - m * rowmass_i)
+    rows = np.flatnonzero(~sat)
+    za, la, masked = z[rows], lam[rows], ~fin[rows]
+    has_mask = bool(masked.any())
+    unselected = (m - k)[rows]
+    # the marginal error is affine in s_i (r_i = 1 - s_i), so its maximum over a row is at the
+    # largest or the smallest unmasked score
+    ends = np.stack([np.argmax(za, axis=-1), np.argmin(np.where(masked, np.inf, za), axis=-1)], axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a row that breaks down is no-convergence
+        for it in range(1, max_iter + 1):
+            if rows.size == 0:
+                break
+            s, r = _sigmoid_pair(np.subtract(za, la[:, None]))  # the plan of the current g, per unit row mass
+            if has_mask:
+                np.copyto(r, 0.0, where=masked)  # s is already 0 there
+            big_s, big_r = np.sum(s, axis=-1), np.sum(r, axis=-1)
+            alpha = (unselected - big_r) / big_r  # the column updates scale the columns by 1 + alpha, 1 + beta
+            beta = (k - big_s) / big_s
+            # m * row mass - 1 after the column updates: (1 + alpha) r_i + (1 + beta) s_i - 1
+            s_end, r_end = np.take_along_axis(s, ends, axis=-1), np.take_along_axis(r, ends, axis=-1)
+            e = np.max(np.abs(alpha[:, None] * r_end + beta[:, None] * s_end), axis=-1)
+            la = la + np.log1p(alpha) - np.log1p(beta)
+            stop = (e <= tol) if it < max_iter else np.ones(rows.size, dtype=bool)
+            if stop.any():
+                out = rows[stop]
+                p[out] = s[stop] + beta[stop, None] * s[stop]  # the columns: sum p = k
+                q[out] = r[stop] - beta[stop, None] * s[stop]  # 1 - p, without cancellation
+                lam[out], err[out], iters[out] = la[stop], e[stop], it
+                go = ~stop
+                rows, za, la, masked, unselected, ends = rows[go], za[go], la[go], masked[go], unselected[go], ends[go]
+                has_mask = has_mask and bool(masked.any())
     p = np.where(fin, p, 0.0)
     q = np.where(fin, q, 1.0)
-    p[sat] = np.where(fin[sat], 1.0, 0.0)
-    q[sat] = np.where(fin[sat], 0.0, 1.0)
-    d = np.where(fin, p * q, 0.0)
-    d[sat] = 0.0
+    d = np.where(fin & ~sat[:, None], p * q, 0.0)
     code = np.full(b, OK, dtype="<U16")
     value = np.full(b, np.nan)
     messages: dict[int, str] = {}
-    failed = np.flatnonzero(err > tol)
+    failed = np.flatnonzero(~(err <= tol))
     code[failed] = NO_CONVERGENCE
     value[failed] = err[failed]
-    for r in failed:
-        messages[int(r)] = (
-            f"Sinkhorn did not converge: marginal error {err[r]:.3g} > tol={tol:g} after max-iter={max_iter} "
+    for r_ in failed:
+        messages[int(r_)] = (
+            f"Sinkhorn did not converge: marginal error {err[r_]:.3g} > tol={tol:g} after max-iter={max_iter} "
             "iterations (the selection is too hard for this cap: raise max-iter or tau)"
         )
-    lam = np.where(sat, -np.inf, 0.5 + g0 - g1)
     return Forward(
         p=p, q=q, code=code, value=value, messages=messages,
         aux={"lambda": lam, "d": d, "iterations": iters, "marginal_error": err},
