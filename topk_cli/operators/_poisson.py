@@ -123,24 +123,6 @@ def _tangent_step(a: FloatArray, da: FloatArray, pi: FloatArray, qi: FloatArray,
     out[0] -= dpi * a[0]
 
 
-def _step_down(a: FloatArray, pi: FloatArray, qi: FloatArray, out: FloatArray, buf: FloatArray) -> None:
-    """:func:`_step` on states stored with the counts reversed (``a[m] = alpha(k - m)``): the
-    same products and sums, element for element, so the same bits."""
-    np.multiply(a, qi, out=out)
-    np.multiply(a[1:], pi, out=buf)
-    out[:-1] += buf
-
-
-def _tangent_step_down(a: FloatArray, da: FloatArray, pi: FloatArray, qi: FloatArray, dpi: FloatArray,
-                       out: FloatArray, buf: FloatArray) -> None:
-    """:func:`_tangent_step` on states stored with the counts reversed (same bits)."""
-    _step_down(da, pi, qi, out, buf)
-    np.subtract(a[1:], a[:-1], out=buf)
-    buf *= dpi
-    out[:-1] += buf
-    out[-1] -= dpi * a[-1]
-
-
 def _layout(rows: int, n: int, k: int, tables: int) -> tuple[int, int]:
     """``(rows per chunk, checkpoint interval L)`` keeping a chunk's tables within ``BUDGET``."""
     per_row_full = (n + 1) * (k + 1) * tables
@@ -197,18 +179,6 @@ def _sweeps(pit: FloatArray, qit: FloatArray, dpit: FloatArray | None, k: int, i
     """The forward and backward sweeps over entries (``(n, R)`` inputs): the numerators
     ``(nh, mh)`` of ``p_t`` and ``1 - p_t`` (before the factors ``pi_t``, ``1 - pi_t``) and
     their tangents, ``(n, R)`` each."""
-    if pit.shape[1] == 1:
-        # np.einsum sums the products of a single column as one contiguous dot product, in another
-        # order than the columns of a wider table (one product at a time): two equal columns keep
-        # a row's bits independent of the batch it comes in
-        def two(a: FloatArray) -> FloatArray:
-            return np.repeat(a, 2, axis=-1)
-
-        pair = None if starts is None else (
-            two(starts[0]), None if starts[1] is None else two(starts[1]),
-            two(starts[2]), None if starts[3] is None else two(starts[3]))
-        nh, mh, dnh, dmh = _sweeps(two(pit), two(qit), None if dpit is None else two(dpit), k, interval, pair)
-        return nh[:, :1], mh[:, :1], None if dnh is None else dnh[:, :1], None if dmh is None else dmh[:, :1]
     n, rows = pit.shape
     width = k + 1
     buf = np.empty((k, rows))
@@ -223,18 +193,15 @@ def _sweeps(pit: FloatArray, qit: FloatArray, dpit: FloatArray | None, k: int, i
     a = np.zeros((width, rows))
     a[0] = 1.0
     da = np.zeros((width, rows))
-    # beta after the current segment's last entry, stored with the counts reversed (b[m] = beta(k - m))
-    # so that the products with alpha below run over both with positive strides (einsum is about
-    # twice as fast as with one operand read backwards)
-    b = np.zeros((width, rows))
-    b[k] = 1.0
+    b = np.zeros((width, rows))  # beta after the current segment's last entry
+    b[0] = 1.0
     db = np.zeros((width, rows))
     if starts is not None:
-        a[:], b[:] = starts[0], starts[2][::-1]
+        a[:], b[:] = starts[0], starts[2]
         if starts[1] is not None:
             da[:] = starts[1]
         if starts[3] is not None:
-            db[:] = starts[3][::-1]
+            db[:] = starts[3]
     nxt, dnxt = np.empty_like(a), np.empty_like(a)
     if full:  # every state is kept: step from table row to table row, no copies
         table[0] = a
@@ -287,21 +254,20 @@ def _sweeps(pit: FloatArray, qit: FloatArray, dpit: FloatArray | None, k: int, i
                 nxt_b = bseg[t - t0 - 1] if t > t0 else b
                 if dbseg is not None and dpit is not None:
                     nxt_db = dbseg[t - t0 - 1] if t > t0 else db
-                    _tangent_step_down(cur, dbseg[t - t0], pit[t], qit[t], dpit[t], nxt_db, buf)
-                _step_down(cur, pit[t], qit[t], nxt_b, buf)
+                    _tangent_step(cur, dbseg[t - t0], pit[t], qit[t], dpit[t], nxt_db, buf)
+                _step(cur, pit[t], qit[t], nxt_b, buf)
             at = table[t0 - base : top - base]
             bs = bseg[:size]
             # p_t's numerator: sum_j alpha_t(j) beta_t(k-1-j), j < k; its complement's: beta_t(k-j)
-            # (bs[:, m] = beta(k - m): bs[:, 1:] pairs beta(k-1-j) with alpha(j), bs with beta(k-j))
-            nh[t0:top] = np.einsum("tjr,tjr->tr", at[:, :k], bs[:, 1:])
-            mh[t0:top] = np.einsum("tjr,tjr->tr", at, bs)
+            nh[t0:top] = np.einsum("tjr,tjr->tr", at[:, :k], bs[:, k - 1 :: -1])
+            mh[t0:top] = np.einsum("tjr,tjr->tr", at, bs[:, ::-1])
             if dtable is not None and dbseg is not None and dnh is not None and dmh is not None:
                 dat = dtable[t0 - base : top - base]
                 dbs = dbseg[:size]
-                dnh[t0:top] = np.einsum("tjr,tjr->tr", dat[:, :k], bs[:, 1:])
-                dnh[t0:top] += np.einsum("tjr,tjr->tr", at[:, :k], dbs[:, 1:])
-                dmh[t0:top] = np.einsum("tjr,tjr->tr", dat, bs)
-                dmh[t0:top] += np.einsum("tjr,tjr->tr", at, dbs)
+                dnh[t0:top] = np.einsum("tjr,tjr->tr", dat[:, :k], bs[:, k - 1 :: -1])
+                dnh[t0:top] += np.einsum("tjr,tjr->tr", at[:, :k], dbs[:, k - 1 :: -1])
+                dmh[t0:top] = np.einsum("tjr,tjr->tr", dat, bs[:, ::-1])
+                dmh[t0:top] += np.einsum("tjr,tjr->tr", at, dbs[:, ::-1])
     return nh, mh, dnh, dmh
 
 
