@@ -97,14 +97,7 @@ def _bound_round_by_round(z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
     bsz, n = z.shape
     u = wsf._UNIT
     rows = np.arange(bsz)
-    top = np.argmax(z, axis=-1)
-    w = np.exp(z)
-    w[rows, top] = 1.0
-    w_min = np.min(w, axis=-1)
-    w_rest = w.copy()
-    w_rest[rows, top] = -np.inf
-    w2 = np.maximum(np.max(w_rest, axis=-1), 0.0) if n > 1 else np.zeros(bsz)  # largest non-top w
-    del w_rest
+    top, w, w_min, w2 = wsf._ws_weights(z)  # the weights both forms start from; the bound is what is compared
     p, q = np.zeros_like(z), np.ones_like(z)
     s, f = np.empty_like(z), np.empty_like(z)
     eps_w = wsf._EXP_ERR * u
