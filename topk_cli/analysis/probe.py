@@ -244,7 +244,7 @@ class _Batch:
 
 
 def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: int, tau: float, tol: float, ctx: ReferenceContext,
-              order: _ScoreOrder | None = None) -> _Batch:
+              order: _ScoreOrder) -> _Batch:
     claims = spec.guarantees
     result = evaluate(x, k, spec.name, tau=tau)
     status = np.asarray(result.status).reshape(-1)
