@@ -24,6 +24,7 @@ from typing import cast
 import numpy as np
 from numpy.typing import NDArray
 
+from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
 from topk_cli.operators._logspace import logsumexp
 
@@ -47,41 +48,73 @@ class EspTables:
     memo: dict[int, FloatArray] = field(default_factory=dict)  # reference weights by k
 
 
-def esp_tables(z: FloatArray, kmax: int, prefix_len: int) -> EspTables:
-    """Forward (first ``prefix_len`` positions) and backward log-space tables up to degree ``kmax``."""
+# GradTopK's p_i = w_i e_{k-1}(w_-i) / e_k(w) of an entry outside the k largest is at most
+# k w_i / w_(k) (k e_k(w_-i) >= w_(k) e_{k-1}(w_-i): each (k-1)-subset of w_-i leaves one of the k
+# largest out); below e^-751 it rounds to 0 in float64 (half the smallest subnormal is e^-745.13),
+# so such entries need neither the forward table nor the leave-one-out sums
+_NEGLIGIBLE = 751.0
+
+
+def weights_len(s: LongArray, k: int) -> int:
+    """Sorted positions ``< weights_len(s, k)`` are the only ones whose weight at ``k`` can be
+    nonzero in float64, on any row of ``s`` (sorted decreasingly); nondecreasing in ``k``."""
+    rows, n = s.shape
+    if k >= n or rows == 0:
+        return n
+    with np.errstate(invalid="ignore"):  # a masked k-th entry: -inf - c is -inf, nothing is cut
+        keep = ~(s < (s[:, k - 1] - (math.log(k) + _NEGLIGIBLE))[:, None])  # NaN is kept
+    last = n - np.argmax(keep[:, ::-1], axis=1)  # one past the last kept position (k - 1 is kept)
+    return max(k, int(last.max()))
+
+
+def esp_tables(z: FloatArray, kmax: int, prefix_len: int | None = None) -> EspTables:
+    """Forward (first ``prefix_len`` positions) and backward log-space tables up to degree ``kmax``.
+
+    ``prefix_len=None``: the positions :func:`esp_weights` reads for every ``k <= kmax`` and
+    the ``2 kmax`` the recursion outlook reads."""
     order = np.argsort(-z, axis=-1, kind="stable")
     # extended precision (where the platform has it): logs of e_j reach |k * spread|, and
     # differences of such logs lose their magnitude's worth of float64 digits
     s = np.take_along_axis(z, order, axis=-1).astype(np.longdouble)
     rows, n = s.shape
+    if prefix_len is None:
+        prefix_len = max(min(n, 2 * kmax), weights_len(s, kmax))
     empty = np.full((rows, kmax + 1), -np.inf, dtype=np.longdouble)
     empty[:, 0] = 0.0
+    term = np.empty((rows, kmax), dtype=np.longdouble)
     suffix = np.empty((n + 1, rows, kmax + 1), dtype=np.longdouble)
     suffix[n] = empty
     # logaddexp(-inf, -inf) is -inf: empty sums of masked entries are exact
     for i in range(n - 1, -1, -1):
         suffix[i, :, 0] = 0.0
-        suffix[i, :, 1:] = np.logaddexp(suffix[i + 1, :, 1:], s[:, i, None] + suffix[i + 1, :, :-1])
+        np.add(s[:, i, None], suffix[i + 1, :, :-1], out=term)
+        np.logaddexp(suffix[i + 1, :, 1:], term, out=suffix[i, :, 1:])
     prefix = np.empty((prefix_len + 1, rows, kmax + 1), dtype=np.longdouble)
     prefix[0] = empty
     for i in range(prefix_len):
         prefix[i + 1, :, 0] = 0.0
-        prefix[i + 1, :, 1:] = np.logaddexp(prefix[i, :, 1:], s[:, i, None] + prefix[i, :, :-1])
+        np.add(s[:, i, None], prefix[i, :, :-1], out=term)
+        np.logaddexp(prefix[i, :, 1:], term, out=prefix[i + 1, :, 1:])
     return EspTables(s=s, order=order, prefix=prefix, suffix=suffix, total=suffix[0])
 
 
 def esp_weights(tab: EspTables, k: int) -> FloatArray:
-    """GradTopK ``p_i = w_i e_{k-1}(w_-i) / e_k(w)`` from the tables (full prefix, degree >= k)."""
+    """GradTopK ``p_i = w_i e_{k-1}(w_-i) / e_k(w)`` from the tables (degree >= k, forward table
+    over at least ``weights_len(tab.s, k)`` positions, as ``esp_tables(z, kmax)`` builds it)."""
     if k in tab.memo:
         return tab.memo[k]
     rows, n = tab.s.shape
     if k == n:
         return tab.memo.setdefault(k, np.ones((rows, n)))
-    # log e_{k-1}(w without i), all i: (n, B), from the terms log e_j(before i) + log e_{k-1-j}(after i)
-    terms = cast(FloatArray, tab.prefix[:n, :, :k] + tab.suffix[1:, :, k - 1 :: -1])  # longdouble: logsumexp is dtype-generic
+    m = weights_len(tab.s, k)
+    if tab.prefix.shape[0] <= m:
+        raise InvalidArgumentError(f"the forward table covers {tab.prefix.shape[0] - 1} positions, k={k} needs {m}")
+    # log e_{k-1}(w without i), i < m: (m, B), from the terms log e_j(before i) + log e_{k-1-j}(after i)
+    terms = cast(FloatArray, tab.prefix[:m, :, :k] + tab.suffix[1 : m + 1, :, k - 1 :: -1])  # longdouble: logsumexp is dtype-generic
     loo = logsumexp(terms, axis=-1, buf=terms)
+    p_sorted = np.zeros((rows, n))  # the weights of positions >= m round to 0
     with np.errstate(invalid="ignore"):  # masked entries: -inf + finite is -inf, exp gives 0
-        p_sorted = np.exp(tab.s + loo.T - tab.total[:, k, None]).astype(np.float64)
+        p_sorted[:, :m] = np.exp(tab.s[:, :m] + loo.T - tab.total[:, k, None])
     p = np.empty_like(p_sorted)
     np.put_along_axis(p, tab.order, np.minimum(p_sorted, 1.0), axis=-1)
     return tab.memo.setdefault(k, p)
@@ -117,9 +150,10 @@ class ReferenceContext:
         return self._steps[definition]
 
     def esp(self) -> EspTables:
-        """Full log-space tables of ``exp(z)`` up to degree ``kmax``."""
+        """Log-space tables of ``exp(z)`` up to degree ``kmax`` (forward table: the positions
+        every ``k <= kmax`` reads)."""
         if self._esp is None:
-            self._esp = esp_tables(self.z, self.kmax, self.z.shape[1])
+            self._esp = esp_tables(self.z, self.kmax)
         return self._esp
 
 
@@ -128,7 +162,7 @@ ReferenceFn = Callable[[FloatArray, int, ReferenceContext], tuple[FloatArray, Bo
 
 def grad_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
     """GradTopK by an exact log-space forward/backward program in extended precision (every row trusted)."""
-    tab = ctx.esp() if ctx.z is z and k <= ctx.kmax else esp_tables(z, k, z.shape[1])
+    tab = ctx.esp() if ctx.z is z and k <= ctx.kmax else esp_tables(z, k)
     return esp_weights(tab, k), np.ones(z.shape[0], dtype=bool)
 
 
