@@ -11,7 +11,7 @@ odds ``p_i / (1 - p_i)``, so with ``R_1 = 1 / c^(1)`` and
 relative error of about ``u R_j`` (``u = 2^-53``), and the recursion breaks (argument <= 0) at
 the first level where ``u R_j >= 1`` for some entry, often while every marginal is still far
 from 1 (n = 100, k = 50, unit spread: smallest ``1 - p`` ~ 0.05, yet the recursion breaks).
-:func:`recursion_outlook` evaluates both models from an exact log-space dynamic program
+:func:`recursion_outlook` evaluates both models from the exact tables of the GradTopK reference
 (no recursion), ``log10 R`` being the predicted digits lost. Measured on the default grid
 (2860 trials with k >= 2): the amplification model agrees with the trace on 99.5% of trials
 (no break missed, 13 false alarms with ``u R`` between 1 and 1e4: the model adds error

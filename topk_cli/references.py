@@ -5,11 +5,12 @@
 ``reference(z, k, ctx) -> (weights, trusted)`` on a prepared ``(B, n)`` batch ``z`` (see
 ``topk_cli.operators._base``): ``weights`` ``(B, n)`` and the rows where the reference itself is
 accurate enough to judge the method. ``ctx`` (:class:`ReferenceContext`) shares work between
-references on the same batch (the log-space tables of GradTopK serve every ``k``).
+references on the same batch (the tables of GradTopK serve every ``k``).
 
 The builders here are generic: :func:`threshold_bisection` (any ``p = f(z - lambda)``),
 :func:`extended_precision` (a definition run in ``np.longdouble``) and :func:`grad_reference`
-(an exact log-space program, independent of ``topk_cli.operators.gradtopk``).
+(an exact forward/backward program in linear space, independent of
+``topk_cli.operators.gradtopk``).
 
 Axis convention: the last axis holds the ``n`` scores; leading axes are a batch.
 """
@@ -315,7 +316,8 @@ ReferenceFn = Callable[[FloatArray, int, ReferenceContext], tuple[FloatArray, Bo
 
 
 def grad_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
-    """GradTopK by an exact log-space forward/backward program in extended precision (every row trusted)."""
+    """GradTopK by an exact forward/backward program in extended precision (every row trusted):
+    within float64 rounding of the exact weights on adversarial rows (tests, against mpmath)."""
     tab = ctx.esp() if ctx.z is z and k <= ctx.kmax else esp_tables(z, k)
     return esp_weights(tab, k), np.ones(z.shape[0], dtype=bool)
 
