@@ -59,8 +59,9 @@ def test_outlook_from_linear_tables_agrees_with_log_space(z: np.ndarray) -> None
             a, b = outlook_from_tables(log, k), outlook_from_tables(lin, k)
         assert np.array_equal(a.predicted_level, b.predicted_level)
         assert np.array_equal(a.saturation_level, b.saturation_level)
-        assert np.allclose(a.min_complement, b.min_complement, rtol=1e-12, atol=0, equal_nan=True)
-        assert np.allclose(a.digits_lost, b.digits_lost, rtol=1e-12, atol=1e-15, equal_nan=True)
+        # the model runs in float64 on logs up to ~1e5 here: 1e-11 absolute, relative in c
+        assert np.allclose(a.min_complement, b.min_complement, rtol=1e-9, atol=0, equal_nan=True)
+        assert np.allclose(a.digits_lost, b.digits_lost, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
 def _adversarial() -> list[tuple[np.ndarray, list[int]]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +30,7 @@ from topk_cli.operators._base import FloatArray
 from topk_cli.operators._logspace import logsumexp
 
 LongArray = NDArray[np.longdouble]
+AnyFloat = NDArray[np.floating[Any]]
 BoolArray = NDArray[np.bool_]
 
 
@@ -253,10 +254,11 @@ def forward_len(tab: Esp) -> int:
     return tab.prefix.shape[1 if isinstance(tab, LinearEsp) else 0] - 1
 
 
-def esp_logs(tab: Esp, m: int, degree: int) -> tuple[LongArray, LongArray, LongArray]:
+def esp_logs(tab: Esp, m: int, degree: int) -> tuple[AnyFloat, AnyFloat, AnyFloat]:
     """``log e_j``, ``j <= degree``, of the forward tables of the first ``m`` positions
     ``(m, B, degree + 1)``, of the backward tables after positions ``0..m-1`` (same shape) and of
-    all of ``w`` ``(B, degree + 1)``."""
+    all of ``w`` ``(B, degree + 1)``: extended precision from log-space tables, float64 from
+    linear ones when their values fit it."""
     if isinstance(tab, EspTables):
         return tab.prefix[:m, :, : degree + 1], tab.suffix[1 : m + 1, :, : degree + 1], tab.total[:, : degree + 1]
     st = tab.st
@@ -269,9 +271,11 @@ def esp_logs(tab: Esp, m: int, degree: int) -> tuple[LongArray, LongArray, LongA
     for j in range(1, degree + 1):
         lead[j] = lead[j - 1] + pad[j - 1]
         window[j] = window[j - 1] + pad[j - 1 : j + m]
+    # the scaled values are at most C(n, degree)
+    dtype = np.float64 if _log_binomial_max(st.shape[0], degree) < 700.0 else np.longdouble
     with np.errstate(divide="ignore"):  # empty sums: log 0 = -inf
-        prefix = np.log(tab.prefix[: degree + 1, :m]) + lead[:, None, :]
-        suffix = np.log(tab.suffix[: m + 1, : degree + 1].transpose(1, 0, 2)) + window
+        prefix = np.log(tab.prefix[: degree + 1, :m].astype(dtype)) + lead[:, None, :].astype(dtype)
+        suffix = np.log(tab.suffix[: m + 1, : degree + 1].transpose(1, 0, 2).astype(dtype)) + window.astype(dtype)
     return prefix.transpose(1, 2, 0), suffix[:, 1:].transpose(1, 2, 0), suffix[:, 0].T
 
 
