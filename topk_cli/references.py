@@ -35,7 +35,7 @@ BoolArray = NDArray[np.bool_]
 
 
 # ---------------------------------------------------------------------------------------------
-# exact log-space program for GradTopK at every level
+# exact programs for GradTopK at every level (log space; linear space below)
 
 
 @dataclass(frozen=True)
