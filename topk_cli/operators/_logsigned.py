@@ -30,8 +30,8 @@ def _log_diff(lpos: FloatArray, lneg: FloatArray) -> tuple[FloatArray, FloatArra
         near = gap > -np.log(2.0)
         tail = np.where(near, np.log(-np.expm1(np.where(near, gap, -1.0))), np.log1p(-np.exp(gap)))
     sign = np.sign(lpos - np.where(np.isfinite(hi), lneg, lpos))
-    sign = np.where(np.isneginf(lpos) & np.isfinite(lneg), -1.0, sign)
-    sign = np.nan_to_num(sign, nan=0.0)
+    sign = np.where((lpos == _NEG_INF) & np.isfinite(lneg), -1.0, sign)
+    sign = np.where(np.isnan(sign), 0.0, sign)  # (a sign is never infinite)
     out = np.where(sign == 0, _NEG_INF, hi + np.where(np.isfinite(hi), tail, 0.0))
     return sign, out
 
@@ -63,10 +63,11 @@ def _exclusive_sum(x: FloatArray) -> FloatArray:
     """
     total = x.sum(axis=1, keepdims=True)
     out = total - x
-    top = np.argmax(np.abs(x), axis=1)[:, None]
+    b, c = np.arange(x.shape[0])[:, None], np.arange(x.shape[2])[None, :]
+    top = np.abs(x).argmax(axis=1)  # (B, C): the row of each column's largest |x|
     without = x.copy()
-    np.put_along_axis(without, top, 0.0, axis=1)
-    np.put_along_axis(out, top, without.sum(axis=1, keepdims=True), axis=1)
+    without[b, top, c] = 0.0
+    out[b, top, c] = without.sum(axis=1)
     return out
 
 
@@ -115,6 +116,7 @@ ILL_CONDITIONED_TOLERANCE = 1e-9
 _LOG_NOISE = math.log(64 * np.finfo(np.float64).eps)
 
 _UNIT = float(np.finfo(np.float64).eps) / 2  # unit roundoff of float64
+_LARGEST = float(np.finfo(np.float64).max)
 _SQRT2_UNIT = float(np.sqrt(2.0)) * _UNIT
 _SAMPLES = 3  # independent random patterns of rounding errors propagated side by side
 _SAFETY = 3.0  # the estimate is the RMS over the patterns times this (see the module docstring)
@@ -130,6 +132,12 @@ def _times(factor: FloatArray, err: FloatArray) -> FloatArray:
     return np.where(err == 0, 0.0, out)
 
 
+def _nan_to_num(x: FloatArray, nan: float) -> FloatArray:
+    """``np.nan_to_num(x, nan=nan)`` bit for bit (``+-inf`` become ``+-``the largest float, as there),
+    without its Python-level overhead (it ran several times per round of the sequential operators)."""
+    return np.where(np.isnan(x), nan, np.minimum(np.maximum(x, -_LARGEST), _LARGEST))
+
+
 def _finite(x: FloatArray) -> FloatArray:
     """``x`` with the infinite entries (masked entries, empty log-sums) replaced by 0."""
     return np.where(np.isfinite(x), x, 0.0)
@@ -139,7 +147,7 @@ def _estimate(dp: FloatArray) -> FloatArray:
     """``_SAFETY`` times the largest RMS (over the samples) of the entries' errors, per row; inf
     for a row whose propagated errors overflowed."""
     with np.errstate(over="ignore", invalid="ignore"):  # a blown-up estimate is inf or NaN
-        est = _SAFETY * np.sqrt(np.max(np.einsum("bic,bic->bi", dp, dp), axis=-1) / _SAMPLES)
+        est = _SAFETY * np.sqrt(np.einsum("bic,bic->bi", dp, dp).max(axis=-1) / _SAMPLES)
     return np.where(np.isnan(est), np.inf, est)
 
 
@@ -189,7 +197,7 @@ class _RoundingErrors:
     def close_round(self, t: int, cause: dict[str, FloatArray]) -> None:
         est = _estimate(self.dp)
         with np.errstate(invalid="ignore"):  # inf / inf: no growth
-            growth = np.nan_to_num(est / np.maximum(self.estimate, _GROWTH_FLOOR), nan=1.0)
+            growth = _nan_to_num(est / np.maximum(self.estimate, _GROWTH_FLOOR), 1.0)
         worse = growth > self.growth
         self.growth = np.where(worse, growth, self.growth)
         self.worst = np.where(worse, t + 1, self.worst)

@@ -24,18 +24,11 @@ from topk_cli.operators._logsigned import (
     _UNIT,
     _failed,
     _log_diff,
+    _nan_to_num,
     _rnd,
     _RoundingErrors,
     _to_linear,
 )
-
-_LARGEST = float(np.finfo(np.float64).max)
-
-
-def _nan_to_inf(x: FloatArray) -> FloatArray:
-    """``np.nan_to_num(x, nan=np.inf)``, bit for bit (so ``+-inf`` become ``+-``the largest float, as
-    ``nan_to_num`` makes them), without its Python-level overhead."""
-    return np.where(np.isnan(x), np.inf, np.minimum(np.maximum(x, -_LARGEST), _LARGEST))
 
 
 def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
@@ -75,7 +68,7 @@ def _log_diff_with_added(lpos: FloatArray, lneg: FloatArray) -> tuple[FloatArray
     tail = np.where(near, both, np.log1p(-np.exp(gap)))
     fin_hi = np.isfinite(hi)
     sign = np.sign(lpos - np.where(fin_hi, lneg, lpos))
-    sign = np.where(np.isneginf(lpos) & np.isfinite(lneg), -1.0, sign)
+    sign = np.where((lpos == _NEG_INF) & np.isfinite(lneg), -1.0, sign)
     sign = np.where(np.isnan(sign), 0.0, sign)
     out = np.where(sign == 0, _NEG_INF, hi + np.where(fin_hi, tail, 0.0))
     return sign, out, added
@@ -205,7 +198,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
                 err_v = err_v + _times(gain[-1], err_part)
             err_v = err_v + _rnd_log(lv, v_added)
             err_q = err_v + _rnd(lvm, lv, m) + _rnd(l_f, lvm, log_s) + _rnd(lq_new, lq, l_f)
-            err_q = np.where(live, _nan_to_inf(err_q), 0.0)
+            err_q = np.where(live, _nan_to_num(err_q, np.inf), 0.0)
             s_abs = np.abs(s_val)
             same = sp * sq * np.sign(s_val) > 0  # p and the step s_i have one sign: a sum, else a difference
             gap_p = np.abs(lp - l_step)
@@ -239,7 +232,7 @@ def _ws_add_step(sp: FloatArray, lp: FloatArray, s2: FloatArray, l2: FloatArray)
     tail = np.where(near, np.log(-np.expm1(np.where(near, gap, -1.0))), np.log1p(-np.exp(gap)))
     fin_hi = np.isfinite(hi)
     sign = np.sign(lpos - np.where(fin_hi, lneg, lpos))
-    sign = np.where(np.isneginf(lpos) & np.isfinite(lneg), -1.0, sign)
+    sign = np.where((lpos == _NEG_INF) & np.isfinite(lneg), -1.0, sign)
     sign = np.where(np.isnan(sign), 0.0, sign)
     return sign, np.where(sign == 0, _NEG_INF, hi + np.where(fin_hi, tail, 0.0))
 
@@ -281,7 +274,7 @@ def _ws_complement(p: FloatArray, sq: FloatArray, lq: FloatArray, err: _Rounding
     q_log = _to_linear(sq, lq)
     with np.errstate(over="ignore", invalid="ignore"):  # a blown-up estimate is inf
         rel = _SAFETY * np.sqrt(np.einsum("bic,bic->bi", err.dq, err.dq) / _SAMPLES)
-        err_log = _nan_to_inf(rel * np.abs(q_log))
+        err_log = _nan_to_num(rel * np.abs(q_log), np.inf)
     q_sub = 1.0 - p
     err_sub = err.estimate[:, None] + _UNIT * np.maximum(1.0, np.abs(p))
     # a log-space exact 0 (V_i cancelled exactly) is kept only where 1 - p agrees with 0
@@ -296,7 +289,7 @@ def _ws_cause(
     """What a round does to errors: the cancellation of ``S`` and of the worst ``V_i`` (``gain`` holds
     ``P_i / |V_i|`` and ``N_i / |V_i|``), the largest ``|s_i|`` and the largest ``|e^{z_i} / V_i|`` (the
     gain from an error of ``p_i`` to ``1 - p_i``)."""
-    kappa_v = _nan_to_inf(gain[0] + gain[1])  # V_i = 0: infinite cancellation
+    kappa_v = _nan_to_num(gain[0] + gain[1], np.inf)  # V_i = 0: infinite cancellation
     kappa_v = np.where(np.isfinite(vpos) | np.isfinite(vneg), kappa_v, 1.0)
     amp = np.abs(e_over_v)
     return {
