@@ -25,7 +25,6 @@ from topk_cli.operators._logsigned import (
     _failed,
     _log_diff,
     _nan_to_num,
-    _rnd,
     _RoundingErrors,
     _to_linear,
 )
@@ -35,6 +34,15 @@ def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
     """:func:`~topk_cli.operators._logsigned._rnd_log` (the same operations) inside the caller's errstate."""
     bound = np.minimum(_UNIT * np.abs(result), np.abs(np.where(np.isfinite(added), added, 0.0))) + _UNIT
     return np.where(np.isfinite(result), bound, 0.0)
+
+
+def _rnd_abs(abs_result: FloatArray, finite: FloatArray, *abs_operands: FloatArray) -> FloatArray:
+    """:func:`~topk_cli.operators._logsigned._rnd` (the same operations) from the magnitudes of the
+    result and operands and whether the result is finite."""
+    bound = _UNIT * abs_result
+    for x in abs_operands:
+        bound = np.minimum(bound, x)
+    return np.where(finite, bound, 0.0)
 
 
 def _times(factor: FloatArray, err: FloatArray) -> FloatArray:
@@ -116,7 +124,8 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     array([[1.5, 0.5, 0. ]])
     """
     bsz = z.shape[0]
-    rows = np.arange(bsz)
+    rows2 = np.arange(2 * bsz)
+    abs_z = np.abs(z)
     masked = np.isneginf(z)
     sq, lq = np.ones_like(z), np.zeros_like(z)  # q = 1
     sp, lp = np.zeros_like(z), np.full_like(z, _NEG_INF)  # p = 0
@@ -133,7 +142,8 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
         for t in range(k):
             a = np.where(masked, _NEG_INF, lq + z)  # log|u|, u = q e^z
             q_zero = sq == 0
-            apos, aneg = np.where(sq > 0, a, _NEG_INF), np.where(sq < 0, a, _NEG_INF)
+            # log|u| of the u_i > 0 and of the u_i < 0, stacked (2, B, n): the two go through the same operations
+            a2 = np.where(np.stack((sq > 0, sq < 0)), a, _NEG_INF)
             # S in the frame of the row's largest |u| (linear, so that the s_i sum to 1 exactly up to
             # rounding: log S itself would carry an absolute error of ulp(|z|) at large |z|)
             m = a.max(axis=-1, keepdims=True)
@@ -149,10 +159,12 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             s_sign = np.sign(s_lin)
             log_s = np.log(np.abs(s_lin))  # log|S| = m + log_s; differences subtract m first
             # sum_{j != i} u_j by sign, with the rounding errors of those log-sums
-            (xpos, excl_pos), (xneg, excl_neg) = _lse_exclusive(apos, rows), _lse_exclusive(aneg, rows)
+            x2, excl2 = (b.reshape(a2.shape) for b in _lse_exclusive(a2.reshape(2 * bsz, -1), rows2))
             lpe = lp + z  # log|p_i e^{z_i}|
-            ppos, pneg = np.where(sp > 0, lpe, _NEG_INF), np.where(sp < 0, lpe, _NEG_INF)
-            vpos, vneg = np.logaddexp(xpos, pneg), np.logaddexp(xneg, ppos)
+            # log|p_i e^{z_i}| of the p_i < 0 (added to the positive part of V_i) and of the p_i > 0
+            other2 = np.where(np.stack((sp < 0, sp > 0)), lpe, _NEG_INF)
+            v2 = np.logaddexp(x2, other2)  # log P_i, log N_i with V_i = P_i - N_i
+            vpos, vneg = v2
             v_sign, lv, v_added = _log_diff_with_added(vpos, vneg)  # V_i = S - e^{z_i} = sum_{j != i} u_j - p_i e^{z_i}
             # V_i is a difference of positive sums; where it cancels to rounding noise (or to exactly 0)
             # before the last round, float64 has dropped the small terms that keep 1 - p_i away from 0,
@@ -175,7 +187,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             l_f = lvm - log_s  # log|f_i|, f_i = 1 - e^{z_i}/S = q_new_i / q_i
             s_val = e / s_lin
             if store:
-                _ws_store(steps, xpos, xneg, s_val, v_sign, s_sign, l_f, z, m, log_s, masked, sq, l_step)
+                _ws_store(steps, x2[0], x2[1], s_val, v_sign, s_sign, l_f, z, m, log_s, masked, sq, l_step)
             sp_new, lp_new = _ws_add_step(sp, lp, sq * s_sign, l_step)
             p_new = _to_linear(sp_new, lp_new)
             lq_new = lq + l_f
@@ -186,30 +198,33 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             # log f = log V - log S and log q + log f); the absolute error of the new p_i (log s_i, the
             # signed add). Every log-space operation is charged by _rnd or _rnd_log: u times the
             # magnitude of the log, unless what was added is smaller (then the sum is nearly exact).
-            live = np.isfinite(a) & ~q_zero
-            err_u = _rnd(a, lq, z) + _rnd(am, a, m) + _UNIT
-            lpe_err = _rnd(lpe, lp, z)
-            err_v = np.full_like(lv, _UNIT)
-            gain = []  # e^{v - lv} for v = log P_i, log N_i: the cancellation of V_i
-            for x, excl, other, v in ((xpos, excl_pos, pneg, vpos), (xneg, excl_neg, ppos, vneg)):
-                err_part = (_times(np.exp(x - v), excl) + _times(np.exp(other - v), lpe_err)
-                            + _rnd_log(v, _log1pexp_added(np.abs(x - other))))
-                gain.append(np.exp(v - lv))
-                err_v = err_v + _times(gain[-1], err_part)
-            err_v = err_v + _rnd_log(lv, v_added)
-            err_q = err_v + _rnd(lvm, lv, m) + _rnd(l_f, lvm, log_s) + _rnd(lq_new, lq, l_f)
+            # (Each |.| is formed once: _rnd_abs takes magnitudes.)
+            fin_a = np.isfinite(a)
+            live = fin_a & ~q_zero
+            abs_a, abs_am, abs_lq, abs_m, abs_lv, abs_lvm, abs_l_f, abs_log_s = (
+                np.abs(x) for x in (a, am, lq, m, lv, lvm, l_f, log_s))
+            err_u = _rnd_abs(abs_a, fin_a, abs_lq, abs_z) + _rnd_abs(abs_am, np.isfinite(am), abs_a, abs_m) + _UNIT
+            lpe_err = _rnd_abs(np.abs(lpe), np.isfinite(lpe), np.abs(lp), abs_z)
+            err_part = (_times(np.exp(x2 - v2), excl2) + _times(np.exp(other2 - v2), lpe_err)
+                        + _rnd_log(v2, _log1pexp_added(np.abs(x2 - other2))))
+            gain = np.exp(v2 - lv)  # P_i / |V_i|, N_i / |V_i|: the cancellation of V_i
+            err_part = _times(gain, err_part)
+            err_v = (_UNIT + err_part[0]) + err_part[1] + _rnd_log(lv, v_added)
+            err_q = (err_v + _rnd_abs(abs_lvm, np.isfinite(lvm), abs_lv, abs_m)
+                     + _rnd_abs(abs_l_f, np.isfinite(l_f), abs_lvm, abs_log_s)
+                     + _rnd_abs(np.abs(lq_new), np.isfinite(lq_new), abs_lq, abs_l_f))
             err_q = np.where(live, _nan_to_num(err_q, np.inf), 0.0)
             s_abs = np.abs(s_val)
             same = sp * sq * np.sign(s_val) > 0  # p and the step s_i have one sign: a sum, else a difference
             gap_p = np.abs(lp - l_step)
             added_p = np.where(same, _log1pexp_added(gap_p), _log_diff_added(gap_p))
             err_p = (np.abs(p_new) * _rnd_log(lp_new, added_p) + _UNIT * np.maximum(np.abs(p_lin), s_abs)
-                     + s_abs * _rnd(l_step, am, log_s))
+                     + s_abs * _rnd_abs(np.abs(l_step), np.isfinite(l_step), abs_am, abs_log_s))
 
             e_over_v = np.where(v_sign == 0, 0.0, v_sign * np.exp(z - lv))  # V_i = 0: an infinite factor
             kappa_s = np.abs(e).sum(axis=-1) / np.abs(s_lin[:, 0])
             err.weighted_softmax_round(s_val, e_over_v, np.where(live, err_u, 0.0), err_q, _UNIT * kappa_s[:, None],
-                                       np.where(np.isfinite(a), err_p, 0.0))
+                                       np.where(fin_a, err_p, 0.0))
             err.close_round(t, _ws_cause(kappa_s, s_abs, vpos, vneg, gain, e_over_v))
             sp, lp, p_lin = sp_new, lp_new, p_new
             sq, lq = sq * v_sign * s_sign, lq_new
@@ -283,7 +298,7 @@ def _ws_complement(p: FloatArray, sq: FloatArray, lq: FloatArray, err: _Rounding
 
 
 def _ws_cause(
-    kappa_s: FloatArray, s_abs: FloatArray, vpos: FloatArray, vneg: FloatArray, gain: list[FloatArray],
+    kappa_s: FloatArray, s_abs: FloatArray, vpos: FloatArray, vneg: FloatArray, gain: FloatArray,
     e_over_v: FloatArray,
 ) -> dict[str, FloatArray]:
     """What a round does to errors: the cancellation of ``S`` and of the worst ``V_i`` (``gain`` holds
