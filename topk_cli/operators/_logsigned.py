@@ -246,14 +246,23 @@ class _RoundingErrors:
         ``dp_i <- dp_i + s_i ((1 - s_i) dq_i - X_i)``, ``X_i = sum_{j != i} s_j dq_j``, plus local
         errors of these sizes: ``err_u`` (relative, of ``u_i = q_i e^{z_i}`` as the round forms it),
         ``err_sum`` (relative, of ``S``), ``err_q`` (relative, of the new ``q``), ``err_p`` (absolute).
+        Called inside the caller's ``np.errstate`` (a blown-up estimate overflows: the row is reported).
         """
-        dq = self.dq + self.noise(err_u)
+        # the four tables noise() would draw for err_u, err_sum, err_q, err_p, in that order, in one draw
+        n = s.shape[1]
+        draw = self._rng.standard_normal((3 * n + 1, _SAMPLES))
+        sum_table = draw[n : n + 1]
+        tables = [draw[:n], draw[n + 1 : 2 * n + 1], draw[2 * n + 1 :]]
+        if self._rank is not None and n > 1:
+            tables = [table[self._rank] for table in tables]
+        dq = self.dq + err_u[:, :, None] * tables[0]
         dp = self.dp
         s3 = s[:, :, None]
         x = _exclusive_sum(s3 * dq)
-        d_sum = self.noise(err_sum)
-        self.dq = (1.0 - s3) * dq + _times(e_over_v[:, :, None], x - dp) - d_sum + self.noise(err_q)
-        self.dp = dp + s3 * ((1.0 - s3) * dq - x - d_sum) + self.noise(err_p)
+        d_sum = err_sum[:, :, None] * sum_table
+        gap = x - dp
+        self.dq = (1.0 - s3) * dq + np.where(gap == 0, 0.0, e_over_v[:, :, None] * gap) - d_sum + err_q[:, :, None] * tables[1]
+        self.dp = dp + s3 * ((1.0 - s3) * dq - x - d_sum) + err_p[:, :, None] * tables[2]
 
     def iterative_round(
         self, t: int, d: FloatArray, s: FloatArray, c: FloatArray,
