@@ -29,6 +29,9 @@ from topk_cli.operators._logsigned import (
     _to_linear,
 )
 
+#: (1, -1) against a (B, n) array: ``_SIGNS * x > 0`` is ``(x > 0, x < 0)`` stacked, in one operation
+_SIGNS = np.array([1.0, -1.0])[:, None, None]
+
 
 def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
     """:func:`~topk_cli.operators._logsigned._rnd_log` (the same operations) inside the caller's errstate."""
@@ -143,7 +146,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             a = np.where(masked, _NEG_INF, lq + z)  # log|u|, u = q e^z
             q_zero = sq == 0
             # log|u| of the u_i > 0 and of the u_i < 0, stacked (2, B, n): the two go through the same operations
-            a2 = np.where(np.stack((sq > 0, sq < 0)), a, _NEG_INF)
+            a2 = np.where(_SIGNS * sq > 0, a, _NEG_INF)
             # S in the frame of the row's largest |u| (linear, so that the s_i sum to 1 exactly up to
             # rounding: log S itself would carry an absolute error of ulp(|z|) at large |z|)
             m = a.max(axis=-1, keepdims=True)
@@ -161,11 +164,19 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             # sum_{j != i} u_j by sign, with the rounding errors of those log-sums
             x2, excl2 = (b.reshape(a2.shape) for b in _lse_exclusive(a2.reshape(2 * bsz, -1), rows2))
             lpe = lp + z  # log|p_i e^{z_i}|
+            p_parts = _SIGNS * sp > 0  # (p_i > 0, p_i < 0)
             # log|p_i e^{z_i}| of the p_i < 0 (added to the positive part of V_i) and of the p_i > 0
-            other2 = np.where(np.stack((sp < 0, sp > 0)), lpe, _NEG_INF)
-            v2 = np.logaddexp(x2, other2)  # log P_i, log N_i with V_i = P_i - N_i
+            other2 = np.where(p_parts[::-1], lpe, _NEG_INF)
+            l_step = am - log_s  # log|s_i|
+            # V_i = S - e^{z_i} = sum_{j != i} u_j - p_i e^{z_i} = P_i - N_i, and the new p = p + s (signed
+            # add), each a difference of two log-sums: (log P, log N, log p+s > 0 part, log p+s < 0 part)
+            # from one logaddexp, the two differences from one _log_diff_with_added
+            sums = np.logaddexp(np.concatenate((x2, np.where(p_parts, lp, _NEG_INF))),
+                                np.concatenate((other2, np.where(_SIGNS * (sq * s_sign) > 0, l_step, _NEG_INF))))
+            v2 = sums[:2]  # log P_i, log N_i
             vpos, vneg = v2
-            v_sign, lv, v_added = _log_diff_with_added(vpos, vneg)  # V_i = S - e^{z_i} = sum_{j != i} u_j - p_i e^{z_i}
+            sign2, log2, added2 = _log_diff_with_added(sums[0::2], sums[1::2])
+            (v_sign, sp_new), (lv, lp_new), v_added = sign2, log2, added2[0]
             # V_i is a difference of positive sums; where it cancels to rounding noise (or to exactly 0)
             # before the last round, float64 has dropped the small terms that keep 1 - p_i away from 0,
             # and the next rounds multiply that noise by e^{z_i} / S (tied maxima at small tau:
@@ -182,13 +193,11 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
                         "input in float64 (use a larger tau or a threshold method)"
                     )
                     _failed(fwd, "ill-conditioned", lost, np.full(bsz, t + 1), sentence)
-            l_step = am - log_s  # log|s_i|
             lvm = lv - m
             l_f = lvm - log_s  # log|f_i|, f_i = 1 - e^{z_i}/S = q_new_i / q_i
             s_val = e / s_lin
             if store:
                 _ws_store(steps, x2[0], x2[1], s_val, v_sign, s_sign, l_f, z, m, log_s, masked, sq, l_step)
-            sp_new, lp_new = _ws_add_step(sp, lp, sq * s_sign, l_step)
             p_new = _to_linear(sp_new, lp_new)
             lq_new = lq + l_f
 
@@ -235,21 +244,6 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     err.report(fwd, z, "weighted-softmax", lambda b: _ws_explain(err.cause, b))
     fwd.q = np.where(masked, 1.0, _ws_complement(fwd.p, sq, lq, err))
     return fwd
-
-
-def _ws_add_step(sp: FloatArray, lp: FloatArray, s2: FloatArray, l2: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """:func:`~topk_cli.operators._logsigned._signed_add` (``p + s`` in signed log space) inside the caller's errstate."""
-    lpos = np.logaddexp(np.where(sp > 0, lp, _NEG_INF), np.where(s2 > 0, l2, _NEG_INF))
-    lneg = np.logaddexp(np.where(sp < 0, lp, _NEG_INF), np.where(s2 < 0, l2, _NEG_INF))
-    hi = np.maximum(lpos, lneg)
-    gap = -np.abs(lpos - lneg)
-    near = gap > -np.log(2.0)
-    tail = np.where(near, np.log(-np.expm1(np.where(near, gap, -1.0))), np.log1p(-np.exp(gap)))
-    fin_hi = np.isfinite(hi)
-    sign = np.sign(lpos - np.where(fin_hi, lneg, lpos))
-    sign = np.where((lpos == _NEG_INF) & np.isfinite(lneg), -1.0, sign)
-    sign = np.where(np.isnan(sign), 0.0, sign)
-    return sign, np.where(sign == 0, _NEG_INF, hi + np.where(fin_hi, tail, 0.0))
 
 
 def _ws_store(
