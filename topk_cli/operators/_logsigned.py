@@ -166,11 +166,12 @@ class _RoundingErrors:
         bsz, n = z.shape
         self._rng = np.random.default_rng(_SEED)
         order = np.argsort(z, axis=-1, kind="stable")
-        zs = np.take_along_axis(z, order, axis=-1)
+        index = np.arange(bsz)[:, None], order
+        zs = z[index]
         first = np.where(np.concatenate([np.ones((bsz, 1), dtype=bool), zs[:, 1:] != zs[:, :-1]], axis=-1),
                          np.arange(n), 0)
         rank = np.empty_like(order)
-        np.put_along_axis(rank, order, np.maximum.accumulate(first, axis=-1), axis=-1)  # ties: same rank
+        rank[index] = np.maximum.accumulate(first, axis=-1)  # ties: same rank
         # Rows without ties draw by column, rows with ties by rank: each row draws what it would
         # draw alone, whatever the other rows of its batch hold.
         tied = (first[:, 1:] == 0).any(axis=-1)
@@ -199,10 +200,13 @@ class _RoundingErrors:
         with np.errstate(invalid="ignore"):  # inf / inf: no growth
             growth = _nan_to_num(est / np.maximum(self.estimate, _GROWTH_FLOOR), 1.0)
         worse = growth > self.growth
-        self.growth = np.where(worse, growth, self.growth)
-        self.worst = np.where(worse, t + 1, self.worst)
-        for name, val in cause.items():
-            self.cause[name] = np.where(worse, val, self.cause.get(name, val))
+        if worse.any():  # (else nothing changes but the first round's cause)
+            self.growth = np.where(worse, growth, self.growth)
+            self.worst = np.where(worse, t + 1, self.worst)
+            for name, val in cause.items():
+                self.cause[name] = np.where(worse, val, self.cause.get(name, val))
+        elif not self.cause:
+            self.cause = dict(cause)
         self.crossed = np.where((self.crossed < 0) & (est > ILL_CONDITIONED_TOLERANCE), t + 1, self.crossed)
         self.estimate = est
 
@@ -261,8 +265,9 @@ class _RoundingErrors:
         x = _exclusive_sum(s3 * dq)
         d_sum = err_sum[:, :, None] * sum_table
         gap = x - dp
-        self.dq = (1.0 - s3) * dq + np.where(gap == 0, 0.0, e_over_v[:, :, None] * gap) - d_sum + err_q[:, :, None] * tables[1]
-        self.dp = dp + s3 * ((1.0 - s3) * dq - x - d_sum) + err_p[:, :, None] * tables[2]
+        kept = (1.0 - s3) * dq
+        self.dq = kept + np.where(gap == 0, 0.0, e_over_v[:, :, None] * gap) - d_sum + err_q[:, :, None] * tables[1]
+        self.dp = dp + s3 * (kept - x - d_sum) + err_p[:, :, None] * tables[2]
 
     def iterative_round(
         self, t: int, d: FloatArray, s: FloatArray, c: FloatArray,

@@ -130,6 +130,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     rows2 = np.arange(2 * bsz)
     abs_z = np.abs(z)
     masked = np.isneginf(z)
+    any_masked, live_z = masked.any(), ~masked
     sq, lq = np.ones_like(z), np.zeros_like(z)  # q = 1
     sp, lp = np.zeros_like(z), np.full_like(z, _NEG_INF)  # p = 0
     p_lin = np.zeros_like(z)  # p in linear space
@@ -143,7 +144,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     # exact zero of V_i or near a pole (an infinite estimate: the row is reported ill-conditioned).
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         for t in range(k):
-            a = np.where(masked, _NEG_INF, lq + z)  # log|u|, u = q e^z
+            a = np.where(masked, _NEG_INF, lq + z) if any_masked else lq + z  # log|u|, u = q e^z
             q_zero = sq == 0
             # log|u| of the u_i > 0 and of the u_i < 0, stacked (2, B, n): the two go through the same operations
             a2 = np.where(_SIGNS * sq > 0, a, _NEG_INF)
@@ -184,7 +185,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             # only at the last round (all-equal entries saturating together), so that round is exempt.
             if t < k - 1:
                 noise = (lv - np.logaddexp(vpos, vneg)) < _LOG_NOISE  # NaN on masked entries: excluded
-                lost = (noise & ~q_zero & ~masked).any(axis=-1)
+                lost = (noise & ~q_zero & live_z).any(axis=-1)
                 if lost.any():
                     sentence = (
                         f"weighted-softmax: round {t + 1}: S - e^{{z_i}} = sum_{{j != i}} (1 - p_j) e^{{z_j}} - p_i e^{{z_i}} "
