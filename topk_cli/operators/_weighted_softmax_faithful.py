@@ -90,26 +90,25 @@ def _lse_exclusive(a: FloatArray, rows: NDArray[np.intp]) -> tuple[FloatArray, F
     :func:`~topk_cli.operators._logsigned._lse_exclusive_error` charges to it, from one pass: the error
     model's terms (``log sum exp(a - max)``, ``log1p(-ratio)``, the same for the row without its largest
     entry) are the very ones the log-sums add. ``rows`` is ``arange(B)``."""
-    top = a.max(axis=-1, keepdims=True)
+    bsz = a.shape[0]
+    big = a.argmax(axis=-1)
+    both = np.concatenate((a, a))  # the rows, then the rows without their largest entry: one pass for both sums
+    both[bsz + rows, big] = _NEG_INF
+    top = both.max(axis=-1, keepdims=True)
     top_fin = np.isfinite(top)
-    shifted = a - np.where(top_fin, top, 0.0)
+    top_safe = np.where(top_fin, top, 0.0)
+    shifted = both - top_safe
     lse = np.log(np.exp(shifted, out=shifted).sum(axis=-1, keepdims=True))
-    total = lse + np.where(top_fin, top, 0.0)
-    added_total = np.where(top_fin, lse, 0.0)
+    sums = lse + top_safe
+    added = np.where(top_fin, lse, 0.0)
+    total = sums[:bsz]
     total_fin = np.isfinite(total)
     added_out = np.log1p(-np.minimum(np.exp(a - np.where(total_fin, total, 0.0)), 1.0))
     out = total + added_out
-    big = a.argmax(axis=-1)
-    rest = a.copy()
-    rest[rows, big] = _NEG_INF
-    top = rest.max(axis=-1, keepdims=True)
-    top_fin = np.isfinite(top)
-    shifted = rest - np.where(top_fin, top, 0.0)
-    lse = np.log(np.exp(shifted, out=shifted).sum(axis=-1, keepdims=True))
-    out[rows, big] = (lse + np.where(top_fin, top, 0.0))[:, 0]
+    out[rows, big] = sums[bsz:, 0]
     out = np.where(total_fin, out, _NEG_INF)
-    err = _rnd_log(total, added_total) + _rnd_log(out, added_out)
-    err[rows, big] = _rnd_log(out[rows, big], np.where(top_fin, lse, 0.0)[:, 0])
+    err = _rnd_log(total, added[:bsz]) + _rnd_log(out, added_out)
+    err[rows, big] = _rnd_log(out[rows, big], added[bsz:, 0])
     return out, err
 
 

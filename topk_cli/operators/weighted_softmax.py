@@ -55,8 +55,8 @@ def _eligible(z: FloatArray) -> NDArray[np.bool_]:
     """The rows the fast path takes: no masked entry, ``max z = 0`` and a gap of at most
     :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP`."""
     with np.errstate(invalid="ignore"):  # -inf - -inf on fully masked input: not eligible
-        return np.asarray(np.isfinite(z).all(axis=-1) & (np.max(z, axis=-1) == 0.0)
-                          & (np.min(z, axis=-1) >= -FAST_MAX_GAP), dtype=bool)
+        return np.asarray(np.isfinite(z).all(axis=-1) & (z.max(axis=-1) == 0.0)
+                          & (z.min(axis=-1) >= -FAST_MAX_GAP), dtype=bool)
 
 
 def _ws_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
