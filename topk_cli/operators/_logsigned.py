@@ -259,15 +259,26 @@ class _RoundingErrors:
         tables = [draw[:n], draw[n + 1 : 2 * n + 1], draw[2 * n + 1 :]]
         if self._rank is not None and n > 1:
             tables = [table[self._rank] for table in tables]
-        dq = self.dq + err_u[:, :, None] * tables[0]
+        # (in place where a temporary would be the result: the same operations in the same order)
+        dq = err_u[:, :, None] * tables[0]
+        dq += self.dq
         dp = self.dp
         s3 = s[:, :, None]
         x = _exclusive_sum(s3 * dq)
         d_sum = err_sum[:, :, None] * sum_table
         gap = x - dp
-        kept = (1.0 - s3) * dq
-        self.dq = kept + np.where(gap == 0, 0.0, e_over_v[:, :, None] * gap) - d_sum + err_q[:, :, None] * tables[1]
-        self.dp = dp + s3 * (kept - x - d_sum) + err_p[:, :, None] * tables[2]
+        kept = (1.0 - s3) * dq  # (1 - s_i) dq_i
+        new_dq = np.multiply(e_over_v[:, :, None], gap, out=dq)
+        new_dq[gap == 0] = 0.0  # an infinite gain on no error at all
+        new_dq += kept
+        new_dq -= d_sum
+        new_dq += err_q[:, :, None] * tables[1]
+        kept -= x
+        kept -= d_sum
+        kept *= s3
+        kept += dp
+        kept += err_p[:, :, None] * tables[2]
+        self.dq, self.dp = new_dq, kept
 
     def iterative_round(
         self, t: int, d: FloatArray, s: FloatArray, c: FloatArray,
