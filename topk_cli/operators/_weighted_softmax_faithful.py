@@ -35,7 +35,9 @@ _SIGNS = np.array([1.0, -1.0])[:, None, None]
 
 def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
     """:func:`~topk_cli.operators._logsigned._rnd_log` (the same operations) inside the caller's errstate."""
-    bound = np.minimum(_UNIT * np.abs(result), np.abs(np.where(np.isfinite(added), added, 0.0))) + _UNIT
+    bound = np.abs(np.where(np.isfinite(added), added, 0.0))
+    np.minimum(_UNIT * np.abs(result), bound, out=bound)
+    bound += _UNIT
     return np.where(np.isfinite(result), bound, 0.0)
 
 
@@ -44,7 +46,7 @@ def _rnd_abs(abs_result: FloatArray, finite: FloatArray, *abs_operands: FloatArr
     result and operands and whether the result is finite."""
     bound = _UNIT * abs_result
     for x in abs_operands:
-        bound = np.minimum(bound, x)
+        np.minimum(bound, x, out=bound)
     return np.where(finite, bound, 0.0)
 
 
