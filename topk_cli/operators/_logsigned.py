@@ -125,13 +125,6 @@ _GROWTH_FLOOR = 1e3 * _UNIT  # growth is measured from here: below, new local er
 _FIX = "the operator is ill-conditioned at this input (use a larger tau or a threshold method)"
 
 
-def _times(factor: FloatArray, err: FloatArray) -> FloatArray:
-    """``factor * err`` with ``inf * 0 = 0`` (a huge factor applied to no error at all)."""
-    with np.errstate(invalid="ignore", over="ignore"):  # the 0 * inf products are replaced below
-        out = factor * err
-    return np.where(err == 0, 0.0, out)
-
-
 def _nan_to_num(x: FloatArray, nan: float) -> FloatArray:
     """``np.nan_to_num(x, nan=nan)`` bit for bit (``+-inf`` become ``+-``the largest float, as there),
     without its Python-level overhead (it ran several times per round of the sequential operators)."""
@@ -338,38 +331,6 @@ def _lse_added(parts: FloatArray) -> tuple[FloatArray, FloatArray]:
     with np.errstate(divide="ignore"):  # empty sums: log 0
         added = np.log(np.sum(np.exp(parts - safe), axis=-1, keepdims=True))
     return top, np.where(np.isfinite(top), added, 0.0)
-
-
-def _log1pexp_added(x: FloatArray, other: FloatArray) -> FloatArray:
-    """The term ``log(1 + e^{-|x - other|})`` that ``logaddexp(x, other)`` adds to the larger; 0 if one is empty."""
-    with np.errstate(invalid="ignore"):  # -inf - -inf: both empty
-        gap = np.abs(x - other)
-    return np.where(np.isfinite(gap), np.log1p(np.exp(-np.where(np.isfinite(gap), gap, 0.0))), 0.0)
-
-
-def _log_diff_added(lpos: FloatArray, lneg: FloatArray) -> FloatArray:
-    """The term ``log(1 - e^{-|lpos - lneg|})`` that :func:`_log_diff` adds to the larger; 0 if one is empty."""
-    with np.errstate(invalid="ignore", divide="ignore"):  # equal terms: log 0 (an exact zero, no error)
-        gap = np.abs(lpos - lneg)
-        added = np.log(-np.expm1(-np.where(np.isfinite(gap), gap, 1.0)))
-    return np.where(np.isfinite(gap) & np.isfinite(added), added, 0.0)
-
-
-def _lse_exclusive_error(parts: FloatArray, out: FloatArray) -> FloatArray:
-    """Rounding error of ``out = logsumexp_exclusive(parts)``: ``total + log1p(-ratio)`` for every
-    entry but the largest, whose exclusive sum is summed directly around the second largest."""
-    _, added_total = _lse_added(parts)
-    total = logsumexp(parts)[:, None]
-    top = np.argmax(parts, axis=-1)[:, None]
-    rest = parts.copy()
-    np.put_along_axis(rest, top, _NEG_INF, axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):  # masked entries and empty rows
-        ratio = np.exp(parts - np.where(np.isfinite(total), total, 0.0))
-        added_out = np.log1p(-np.minimum(ratio, 1.0))
-    err = _rnd_log(total, added_total) + _rnd_log(out, added_out)
-    _, added_rest = _lse_added(rest)
-    np.put_along_axis(err, top, _rnd_log(np.take_along_axis(out, top, axis=-1), added_rest), axis=-1)
-    return err
 
 
 def _slog(x: FloatArray) -> tuple[FloatArray, FloatArray]:

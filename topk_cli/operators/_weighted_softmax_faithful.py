@@ -51,18 +51,21 @@ def _rnd_abs(abs_result: FloatArray, finite: FloatArray, *abs_operands: FloatArr
 
 
 def _times(factor: FloatArray, err: FloatArray) -> FloatArray:
-    """:func:`~topk_cli.operators._logsigned._times` (``factor * err``, ``inf * 0 = 0``) inside the caller's errstate."""
+    """``factor * err`` with ``inf * 0 = 0`` (a huge factor applied to no error at all)."""
     return np.where(err == 0, 0.0, factor * err)
 
 
 def _log1pexp_added(gap: FloatArray) -> FloatArray:
-    """:func:`~topk_cli.operators._logsigned._log1pexp_added` of two logs, from their ``gap = |x - other|``."""
+    """The term ``log(1 + e^{-gap})`` that ``logaddexp`` of two logs ``gap = |x - other|`` apart adds to the
+    larger; 0 if one is empty."""
     fin = np.isfinite(gap)
     return np.where(fin, np.log1p(np.exp(-np.where(fin, gap, 0.0))), 0.0)
 
 
 def _log_diff_added(gap: FloatArray) -> FloatArray:
-    """:func:`~topk_cli.operators._logsigned._log_diff_added` of two logs, from their ``gap = |lpos - lneg|``."""
+    """The term ``log(1 - e^{-gap})`` that :func:`~topk_cli.operators._logsigned._log_diff` of two logs
+    ``gap = |lpos - lneg|`` apart adds to the larger; 0 if one is empty (or they are equal: an exact zero,
+    no error)."""
     fin = np.isfinite(gap)
     added = np.log(-np.expm1(-np.where(fin, gap, 1.0)))
     return np.where(fin & np.isfinite(added), added, 0.0)
@@ -89,8 +92,8 @@ def _log_diff_with_added(lpos: FloatArray, lneg: FloatArray) -> tuple[FloatArray
 
 def _lse_exclusive(a: FloatArray, rows: NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
     """:func:`~topk_cli.operators._logspace.logsumexp_exclusive` of ``a`` (2-D) and the rounding error
-    :func:`~topk_cli.operators._logsigned._lse_exclusive_error` charges to it, from one pass: the error
-    model's terms (``log sum exp(a - max)``, ``log1p(-ratio)``, the same for the row without its largest
+    charged to it (``total + log1p(-ratio)`` for every entry but the largest, whose exclusive sum is
+    summed directly around the second largest), from one pass: the error model's terms (``log sum exp(a - max)``, ``log1p(-ratio)``, the same for the row without its largest
     entry) are the very ones the log-sums add. ``rows`` is ``arange(B)``."""
     bsz = a.shape[0]
     big = a.argmax(axis=-1)
