@@ -50,6 +50,7 @@ def _cases() -> list[tuple[np.ndarray, int]]:
     cases.append((np.array([[0.0, 0.0, -100.0]]), 3))  # V_i cancels: "ill-conditioned" at round 2
     cases.append((np.array([[0.0, -3000.0, -6000.0], [0.0, 0.0, -100.0]]), 2))
     cases.append((np.array([[0.0, -1e17]]), 2))
+    cases.append((np.zeros((0, 4)), 2))  # an empty batch
     return cases
 
 

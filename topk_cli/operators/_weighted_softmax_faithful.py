@@ -167,7 +167,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             s_sign = np.sign(s_lin)
             log_s = np.log(np.abs(s_lin))  # log|S| = m + log_s; differences subtract m first
             # sum_{j != i} u_j by sign, with the rounding errors of those log-sums
-            x2, excl2 = (b.reshape(a2.shape) for b in _lse_exclusive(a2.reshape(2 * bsz, -1), rows2))
+            x2, excl2 = (b.reshape(a2.shape) for b in _lse_exclusive(a2.reshape(2 * bsz, z.shape[1]), rows2))
             lpe = lp + z  # log|p_i e^{z_i}|
             p_parts = _SIGNS * sp > 0  # (p_i > 0, p_i < 0)
             # log|p_i e^{z_i}| of the p_i < 0 (added to the positive part of V_i) and of the p_i > 0
