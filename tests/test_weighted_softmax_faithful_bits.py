@@ -11,6 +11,7 @@ import _ws_faithful_reference as old
 import numpy as np
 import pytest
 
+from topk_cli.operators._logsigned import _RoundingErrors
 from topk_cli.operators.weighted_softmax import _ws_faithful
 
 #: x = c (3, 2, 1, 0), k = 3 passes a pole of the operator at c = POLE (see test_sequential)
@@ -68,8 +69,23 @@ def _quiet(fn, z, k, store):  # type: ignore[no-untyped-def]
         return fn(z, k, store=store)
 
 
+def _model_state(cls, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, np.ndarray]]:  # type: ignore[no-untyped-def]
+    """Record the error model's final state (growth, worst and crossing rounds, every cause array) of
+    each call, which the messages print only to two digits."""
+    states: list[dict[str, np.ndarray]] = []
+    report = cls.report
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        states.append({"growth": self.growth, "worst": self.worst, "crossed": self.crossed, **self.cause})
+        return report(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "report", recording)
+    return states
+
+
 @pytest.mark.parametrize("store", [False, True])
-def test_faithful_path_is_bit_identical_to_the_unfused_rounds(store: bool) -> None:
+def test_faithful_path_is_bit_identical_to_the_unfused_rounds(store: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    new_states, ref_states = _model_state(_RoundingErrors, monkeypatch), _model_state(old._RoundingErrors, monkeypatch)
     seen = set()
     for z, k in CASES:
         if z.shape[1] == 200 and k == (200 if store else 199):  # n = 200, k = n - 1 stored, k = n not (time)
@@ -82,6 +98,10 @@ def test_faithful_path_is_bit_identical_to_the_unfused_rounds(store: bool) -> No
         assert new.aux.keys() == ref.aux.keys(), where
         for name in ref.aux:
             assert _same(new.aux[name], ref.aux[name]), (where, name)
+        (new_state,), (ref_state,) = new_states, ref_states
+        assert new_state.keys() == ref_state.keys(), where
+        assert all(_same(new_state[name], ref_state[name]) for name in ref_state), where
+        new_states.clear(), ref_states.clear()
         seen.update(ref.codes().tolist())
         seen.update(m.split(":")[1].split()[0] for m in ref.messages.values())
     # both kinds of ill-conditioned row (the estimate's "step", the cancelled V's "round") were reached
