@@ -27,7 +27,7 @@ from topk_cli.properties.smoothness import check_smooth
 from topk_cli.properties.violations import (
     _exact_shift,
     _fd_stencil,
-    _kth_gap,
+    _limit_gap,
     _permutations,
     _strict_pairs,
     _v_finite,
@@ -51,44 +51,44 @@ class Check(Protocol):
     def __call__(self, method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult: ...
 
 
-_Items = Callable[[FloatArray, int, float], list[tuple[FloatArray, int, float]]]
+_Items = Callable[[Evaluator, FloatArray, int, float], list[tuple[FloatArray, int, float]]]
 """The single-vector evaluations ``(x, k, tau)`` a violation looks at for the case ``(x, k, tau)``
 (exactly those, so that batching them ahead costs no operator call the violation would not make)."""
 
 
-def _plain_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _plain_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
     return [(x, k, tau)]
 
 
-def _pair_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _pair_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
     return [(x, k, tau)] if x.shape[-1] >= 2 else []
 
 
-def _strict_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
-    return [(x, k, tau)] if _strict_pairs(x, k, tau) is not None else []
+def _strict_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    return [(x, k, tau)] if ev.memo(_strict_pairs, x, k, tau) is not None else []
 
 
-def _k1_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _k1_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
     return [(x, k, tau)] if k == 1 else []
 
 
-def _jacobian_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _jacobian_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
     stencil = _fd_stencil(x, tau) if np.isfinite(x).all() else None
     fd = [] if stencil is None else [(row, k, tau) for row in stencil[1].reshape(-1, x.shape[-1])]
     return [(x, k, tau), *fd]
 
 
-def _shift_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _shift_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
     y, x_back, _ = _exact_shift(x)
     return [(x_back, k, tau), (y, k, tau)]
 
 
-def _permutation_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _permutation_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
     return [(x, k, tau)] + [(x[perm], k, tau) for perm in _permutations(x.shape[-1])]
 
 
-def _hard_limit_items(x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
-    gap = _kth_gap(x, k)
+def _hard_limit_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+    gap = ev.memo(_limit_gap, x, k, tau)
     if gap is None:
         return []
     return [(_z(x, HARD_LIMIT_TAU_OVER_GAP * gap), k, 1.0)]
@@ -111,7 +111,7 @@ def _run_check(
     # a Monte-Carlo estimate is judged within MONTE_CARLO_STDERRS of its standard errors (the slack)
     within = MONTE_CARLO_STDERRS if spec.capabilities.monte_carlo else None
     if items is not None:
-        ev.prefetch(method, [item for case in cases for item in items(case.array, case.k, case.tau)])
+        ev.prefetch(method, [item for case in cases for item in items(ev, case.array, case.k, case.tau)])
     worst: float | None = None
     bad: tuple[float, Case, _Measure] | None = None
     checked = skipped = violations = 0
@@ -147,7 +147,7 @@ def _run_check(
 
         def prefetch(candidates: Sequence[tuple[FloatArray, int]]) -> None:
             if items is not None:
-                ev.prefetch(method, [item for y, kk in candidates for item in items(y, kk, tau)])
+                ev.prefetch(method, [item for y, kk in candidates for item in items(ev, y, kk, tau)])
 
         x, k = _shrink(violates, x, k, prefetch=prefetch)
         m = violation(ev, method, x, k, tau) or m

@@ -9,8 +9,9 @@ into one API call. One evaluator lives as long as one ``verify_properties`` run 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +33,7 @@ class _Row:
 
 
 _Key = tuple[str, bytes, int, int, float]
+_T = TypeVar("_T")
 
 
 class Evaluator:
@@ -45,6 +47,7 @@ class Evaluator:
     def __init__(self, limit: int = 200_000) -> None:
         self.limit = limit
         self._rows: dict[_Key, _Row] = {}
+        self._memo: dict[tuple[Any, bytes, int, int, float], Any] = {}
 
     @staticmethod
     def _key(method: str, x: FloatArray, k: int, tau: float) -> _Key:
@@ -77,6 +80,20 @@ class Evaluator:
             self.prefetch(method, [(x, k, tau)])
         return self._rows[key]
 
+    def memo(self, fn: Callable[[FloatArray, int, float], _T], x: FloatArray, k: int, tau: float) -> _T:
+        """``fn(x, k, tau)``, computed once for equal ``(fn, x, k, tau)``.
+
+        For the pure, method-independent geometry of a case that both a check's prefetch list and
+        its violation need (ordered pairs, the gap at the k-th value). The result is shared:
+        callers must not modify it.
+        """
+        key = (fn, *self._key("", x, k, tau)[1:])
+        if key not in self._memo:
+            if len(self._memo) > self.limit:
+                self._memo.clear()
+            self._memo[key] = fn(x, k, tau)
+        return self._memo[key]
+
     def slack(self, method: str, *rows: _Row) -> float:
         """Allowance of a Monte-Carlo method on weights of ``rows`` (0 for an exact method)."""
         if not get_method(method).capabilities.monte_carlo:
@@ -85,13 +102,17 @@ class Evaluator:
         return MONTE_CARLO_STDERRS * max(errors, default=0.0)
 
     def clear(self) -> None:
-        """Forget every row."""
+        """Forget every row (and every memoised :meth:`memo` value)."""
         self._rows.clear()
+        self._memo.clear()
 
 
 def _z(x: FloatArray, tau: float) -> FloatArray:
     """The scaled scores the API computes: ``(x - max finite x) / tau``."""
     finite = np.isfinite(x)
+    if finite.all():  # the common case, same values as below without the masking
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return (x - x.max()) / tau
     top = np.max(x[finite]) if finite.any() else 0.0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # -inf stays -inf; huge spreads saturate
         return np.where(finite, (x - top) / tau, -np.inf)

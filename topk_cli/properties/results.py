@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -60,10 +61,12 @@ class Case:
     tau: float = 1.0
     label: str = ""
 
-    @property
+    @cached_property
     def array(self) -> FloatArray:
-        """``x`` as a float64 array."""
-        return np.asarray(self.x, dtype=np.float64)
+        """``x`` as a float64 array, built once per case and read-only (every check reads it)."""
+        arr = np.asarray(self.x, dtype=np.float64)
+        arr.flags.writeable = False
+        return arr
 
 
 @dataclass(frozen=True)

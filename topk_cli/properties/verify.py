@@ -122,6 +122,17 @@ def _check_method(unit: tuple[str, tuple[str, ...], tuple[Case, ...]]) -> list[P
     return [CHECKS[prop](name, cases, evaluator=evaluator) for prop in props]
 
 
+# Rough CPU seconds of one method's checks on the default suite, by family (measured once; the
+# threshold, gradient and baseline families take 0.6-1 s). A scheduling estimate only: with
+# several jobs the slow methods start first so that no core idles at the end; results never
+# depend on it.
+_FAMILY_COST = {"iterative": 5.0, "perturbed": 2.7, "optimal-transport": 1.4}
+
+
+def _unit_cost(unit: tuple[str, tuple[str, ...], tuple[Case, ...]]) -> float:
+    return _FAMILY_COST.get(get_method(unit[0]).family, 0.8)
+
+
 def verify_properties(
     methods: Sequence[str] | None = None,
     vectors: ArrayLike | None = None,
@@ -168,7 +179,7 @@ def verify_properties(
         cases = cases_from_vectors(vectors, k, tau=tau)
         source = "input"
     units = [(name, props, cases) for name in names]
-    per_method = parallel_map(_check_method, units, jobs=jobs, progress=progress)
+    per_method = parallel_map(_check_method, units, jobs=jobs, progress=progress, cost=_unit_cost)
     results = [r for method_results in per_method for r in method_results]
     return VerifyReport(
         methods=names, properties=props, cases=len(cases), results=tuple(results), source=source,

@@ -37,10 +37,16 @@ def _v_range(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _
     p, q = r.weights[0], r.complement[0]
     below, above = -float(p.min()), max(float(p.max()) - 1.0, -float(q.min()))
     if below >= above:
+        value = max(0.0, below)
         i = int(np.argmin(p))
-        return _Measure(max(0.0, below), detail=f"p[{i}] = {p[i]:.6g} < 0", slack=ev.slack(method, r))
-    i = int(np.argmax(p - 1.0)) if float(p.max()) - 1.0 >= -float(q.min()) else int(np.argmin(q))
-    return _Measure(max(0.0, above), detail=f"p[{i}] = {p[i]:.6g} > 1 (p = {_vec(p)})", slack=ev.slack(method, r))
+        detail = f"p[{i}] = {p[i]:.6g} < 0" if value > 0 else ""
+        return _Measure(value, detail=detail, slack=ev.slack(method, r))
+    value = max(0.0, above)
+    detail = ""
+    if value > 0:  # the sentence is only read for a violation (value > tolerance + slack >= 0)
+        i = int(np.argmax(p - 1.0)) if float(p.max()) - 1.0 >= -float(q.min()) else int(np.argmin(q))
+        detail = f"p[{i}] = {p[i]:.6g} > 1 (p = {_vec(p)})"
+    return _Measure(value, detail=detail, slack=ev.slack(method, r))
 
 
 def _v_sum(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
@@ -49,7 +55,8 @@ def _v_sum(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Me
         return _failed(r, tau)
     s = float(np.sum(r.weights[0]))
     slack = ev.slack(method, r) * x.shape[-1] / k  # relative to k, like the value
-    return _Measure(abs(s - k) / k, detail=f"sum p = {s:.17g}, not k = {k}", slack=slack)
+    value = abs(s - k) / k
+    return _Measure(value, detail=f"sum p = {s:.17g}, not k = {k}" if value > 0 else "", slack=slack)
 
 
 def _ordered_pairs(z: FloatArray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,9 +83,12 @@ def _v_monotone_weak(ev: Evaluator, method: str, x: FloatArray, k: int, tau: flo
     if not np.isfinite(drop).any():
         return None
     a, b = np.unravel_index(int(np.argmax(drop)), drop.shape)
+    value = max(0.0, float(drop[a, b]))
+    if not value > 0:  # the sentence is only read for a violation (value > tolerance + slack >= 0)
+        return _Measure(value, slack=2 * ev.slack(method, r))
     i, j = int(idx[a]), int(idx[b])
     return _Measure(
-        max(0.0, float(drop[a, b])),
+        value,
         slack=2 * ev.slack(method, r),
         detail=f"x[{i}] = {_fmt(x[i])} > x[{j}] = {_fmt(x[j])} but p[{i}] = {p[i]:.6g} < p[{j}] = {p[j]:.6g}",
     )
@@ -97,7 +107,7 @@ def _strict_pairs(x: FloatArray, k: int, tau: float) -> tuple[FloatArray, np.nda
 
 
 def _v_monotone_strict(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
-    pairs = _strict_pairs(x, k, tau)
+    pairs = ev.memo(_strict_pairs, x, k, tau)
     if pairs is None:
         return None
     z, i_idx, j_idx = pairs
@@ -147,13 +157,16 @@ def _v_shift(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _
         float(np.max(np.abs(r0.weights - r1.weights))), float(np.max(np.abs(r0.complement - r1.complement)))
     ) / max(1.0, float(np.max(np.abs(r0.weights))))
     return _Measure(
-        d, detail=f"adding c = {_fmt(c)} changes p by up to {d:.3g} (relative to max(1, |p|))",
+        d, detail=f"adding c = {_fmt(c)} changes p by up to {d:.3g} (relative to max(1, |p|))" if d > 0 else "",
         slack=2 * ev.slack(method, r0, r1),
     )
 
 
 def _permutations(n: int) -> list[np.ndarray]:
-    return [np.arange(n)[::-1], np.roll(np.arange(n), 1)]
+    """The reversal and the rotation by one, ``[n-1, 0, 1, ..., n-2]`` (what ``np.roll`` by 1 gives)."""
+    rotation = np.arange(-1, n - 1)
+    rotation[0] = n - 1
+    return [np.arange(n)[::-1], rotation]
 
 
 def _v_permutation(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
@@ -197,8 +210,13 @@ def _kth_gap(x: FloatArray, k: int) -> float | None:
     return smallest
 
 
+def _limit_gap(x: FloatArray, k: int, tau: float) -> float | None:
+    """:func:`_kth_gap` in the ``(x, k, tau)`` form of :meth:`Evaluator.memo` (the gap does not depend on tau)."""
+    return _kth_gap(x, k)
+
+
 def _v_hard_limit(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
-    gap = _kth_gap(x, k)
+    gap = ev.memo(_limit_gap, x, k, tau)
     if gap is None:
         return None
     small = HARD_LIMIT_TAU_OVER_GAP * gap
@@ -211,6 +229,8 @@ def _v_hard_limit(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float)
     p = r.weights[0].astype(np.float64)
     hard = np.where(np.isfinite(x), _hard(np.where(np.isfinite(x), x, -np.inf), k), 0.0)
     err = float(np.max(np.abs(p - hard)))
+    if not err > 0:  # the sentence is only read for a violation (err > tolerance + slack >= 0)
+        return _Measure(err, tau=small, slack=ev.slack(method, r))
     return _Measure(
         err,
         detail=f"at tau = {small:.3g} (1e-3 x the smallest gap) p = {_vec(np.round(p, 4))}, hard top-k = {_vec(hard)}",
@@ -229,6 +249,8 @@ def _v_softmax_k1(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float)
     p = r.weights[0].astype(np.float64)
     s = _softmax(_z(x, tau))
     d = float(np.max(np.abs(p - s)))
+    if not d > 0:  # the sentence is only read for a violation (d > tolerance + slack >= 0)
+        return _Measure(d, slack=ev.slack(method, r))
     return _Measure(
         d, detail=f"p = {_vec(p, 6)}, softmax = {_vec(s, 6)} (max softmax weight {s.max():.4g})",
         slack=ev.slack(method, r),
