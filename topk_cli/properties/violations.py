@@ -53,7 +53,7 @@ def _v_sum(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Me
     r = ev.row(method, x, k, tau)
     if r.failures:
         return _failed(r, tau)
-    s = float(np.sum(r.weights[0]))
+    s = float(r.weights[0].sum())
     slack = ev.slack(method, r) * x.shape[-1] / k  # relative to k, like the value
     value = abs(s - k) / k
     return _Measure(value, detail=f"sum p = {s:.17g}, not k = {k}" if value > 0 else "", slack=slack)
@@ -140,7 +140,7 @@ def _v_monotone_strict(ev: Evaluator, method: str, x: FloatArray, k: int, tau: f
 def _exact_shift(x: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     """``(x + c, the x that float64 actually shifted, c)`` for a large c."""
     finite = np.isfinite(x)
-    mag = float(np.max(np.abs(x[finite]))) if finite.any() else 0.0
+    mag = float(np.abs(x[finite]).max()) if finite.any() else 0.0
     c = 1e6 if mag < 1e5 else -0.75 * mag
     with np.errstate(invalid="ignore"):  # -inf + c stays -inf
         y = x + c
@@ -154,8 +154,8 @@ def _v_shift(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _
     if r0.failures or r1.failures:
         return _failed(r0 if r0.failures else r1, tau)
     d = max(
-        float(np.max(np.abs(r0.weights - r1.weights))), float(np.max(np.abs(r0.complement - r1.complement)))
-    ) / max(1.0, float(np.max(np.abs(r0.weights))))
+        float(np.abs(r0.weights - r1.weights).max()), float(np.abs(r0.complement - r1.complement).max())
+    ) / max(1.0, float(np.abs(r0.weights).max()))
     return _Measure(
         d, detail=f"adding c = {_fmt(c)} changes p by up to {d:.3g} (relative to max(1, |p|))" if d > 0 else "",
         slack=2 * ev.slack(method, r0, r1),
@@ -178,14 +178,15 @@ def _v_permutation(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float
         return _failed(r, tau)
     worst = 0.0
     detail = ""
+    scale = max(1.0, float(np.abs(r.weights[0]).max()))
     for perm in _permutations(n):
         rp = ev.row(method, x[perm], k, tau)
         if rp.failures:
             return _failed(rp, tau)
         d = max(
-            float(np.max(np.abs(rp.weights[0] - r.weights[0][perm]))),
-            float(np.max(np.abs(rp.complement[0] - r.complement[0][perm]))),
-        ) / max(1.0, float(np.max(np.abs(r.weights[0]))))
+            float(np.abs(rp.weights[0] - r.weights[0][perm]).max()),
+            float(np.abs(rp.complement[0] - r.complement[0][perm]).max()),
+        ) / scale
         if d > worst:
             worst = d
             detail = f"permuting x by {perm.tolist()} changes the permuted p by up to {d:.3g} (relative to max(1, |p|))"
@@ -228,7 +229,7 @@ def _v_hard_limit(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float)
         )
     p = r.weights[0].astype(np.float64)
     hard = np.where(np.isfinite(x), _hard(np.where(np.isfinite(x), x, -np.inf), k), 0.0)
-    err = float(np.max(np.abs(p - hard)))
+    err = float(np.abs(p - hard).max())
     if not err > 0:  # the sentence is only read for a violation (err > tolerance + slack >= 0)
         return _Measure(err, tau=small, slack=ev.slack(method, r))
     return _Measure(
@@ -248,7 +249,7 @@ def _v_softmax_k1(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float)
         return _failed(r, tau)
     p = r.weights[0].astype(np.float64)
     s = _softmax(_z(x, tau))
-    d = float(np.max(np.abs(p - s)))
+    d = float(np.abs(p - s).max())
     if not d > 0:  # the sentence is only read for a violation (d > tolerance + slack >= 0)
         return _Measure(d, slack=ev.slack(method, r))
     return _Measure(
