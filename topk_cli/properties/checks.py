@@ -25,10 +25,10 @@ from topk_cli.properties.results import (
 from topk_cli.properties.shrinking import _shrink
 from topk_cli.properties.smoothness import check_smooth
 from topk_cli.properties.violations import (
-    _exact_shift,
     _fd_stencil,
     _limit_gap,
     _permutations,
+    _shift_rows,
     _strict_pairs,
     _v_finite,
     _v_hard_limit,
@@ -79,7 +79,7 @@ def _jacobian_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tu
 
 
 def _shift_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
-    y, x_back, _ = _exact_shift(x)
+    y, x_back, _ = ev.memo(_shift_rows, x, k, tau)
     return [(x_back, k, tau), (y, k, tau)]
 
 

@@ -51,7 +51,9 @@ class Evaluator:
 
     @staticmethod
     def _key(method: str, x: FloatArray, k: int, tau: float) -> _Key:
-        return (method, np.ascontiguousarray(x, dtype=np.float64).tobytes(), x.shape[-1], k, float(tau))
+        if x.dtype != np.float64:
+            x = x.astype(np.float64)
+        return (method, x.tobytes(), x.shape[-1], k, float(tau))  # tobytes: C order, for any strides
 
     def prefetch(self, method: str, items: Sequence[tuple[FloatArray, int, float]]) -> None:
         """Evaluate many single vectors in batches of equal (n, k, tau): one API call per batch."""

@@ -148,8 +148,13 @@ def _exact_shift(x: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     return y, np.where(finite, x_back, -np.inf), c
 
 
+def _shift_rows(x: FloatArray, k: int, tau: float) -> tuple[FloatArray, FloatArray, float]:
+    """:func:`_exact_shift` in the ``(x, k, tau)`` form of :meth:`Evaluator.memo`."""
+    return _exact_shift(x)
+
+
 def _v_shift(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
-    y, x_back, c = _exact_shift(x)
+    y, x_back, c = ev.memo(_shift_rows, x, k, tau)
     r0, r1 = ev.row(method, x_back, k, tau), ev.row(method, y, k, tau)
     if r0.failures or r1.failures:
         return _failed(r0 if r0.failures else r1, tau)
