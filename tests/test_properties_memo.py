@@ -8,7 +8,7 @@ import pytest
 from topk_cli.properties.evaluator import Evaluator, _z
 from topk_cli.properties.results import Case
 from topk_cli.properties.verify import default_suite
-from topk_cli.properties.violations import _limit_gap, _permutations, _shift_rows, _strict_pairs
+from topk_cli.properties.violations import _limit_row, _permutations, _shift_rows, _strict_pairs
 
 
 def _same(a: object, b: object) -> bool:
@@ -33,7 +33,7 @@ def _cases() -> list[tuple[np.ndarray, int, float]]:
     ]
 
 
-@pytest.mark.parametrize("fn", [_strict_pairs, _limit_gap, _shift_rows])
+@pytest.mark.parametrize("fn", [_strict_pairs, _limit_row, _shift_rows])
 def test_memo_returns_the_direct_value_for_every_case(fn) -> None:  # type: ignore[no-untyped-def]
     cases = _cases()
     ev = Evaluator()

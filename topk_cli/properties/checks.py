@@ -10,10 +10,9 @@ import numpy as np
 
 from topk_cli.api import get_method
 from topk_cli.operators._base import FloatArray
-from topk_cli.properties.evaluator import Evaluator, _z
+from topk_cli.properties.evaluator import Evaluator
 from topk_cli.properties.results import (
     _MAX_JACOBIAN_CASES,
-    HARD_LIMIT_TAU_OVER_GAP,
     TOL_ABS,
     TOL_HARD_LIMIT,
     TOL_JACOBIAN,
@@ -26,7 +25,7 @@ from topk_cli.properties.shrinking import _shrink
 from topk_cli.properties.smoothness import check_smooth
 from topk_cli.properties.violations import (
     _fd_stencil,
-    _limit_gap,
+    _limit_row,
     _permutations,
     _shift_rows,
     _strict_pairs,
@@ -88,10 +87,8 @@ def _permutation_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list
 
 
 def _hard_limit_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
-    gap = ev.memo(_limit_gap, x, k, tau)
-    if gap is None:
-        return []
-    return [(_z(x, HARD_LIMIT_TAU_OVER_GAP * gap), k, 1.0)]
+    limit = ev.memo(_limit_row, x, k, tau)
+    return [] if limit is None else [(limit[1], k, 1.0)]
 
 
 def _run_check(

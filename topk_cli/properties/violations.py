@@ -75,11 +75,16 @@ def _v_monotone_weak(ev: Evaluator, method: str, x: FloatArray, k: int, tau: flo
     r = ev.row(method, x, k, tau)
     if r.failures:
         return _failed(r, tau)
-    p = r.weights[0].astype(np.float64)
+    p = np.asarray(r.weights[0], dtype=np.float64)
     z = _z(x, tau)
-    idx = np.flatnonzero(np.isfinite(z))
-    zi, zj = z[idx][:, None], z[idx][None, :]
-    drop = np.where(zi > zj, p[idx][None, :] - p[idx][:, None], -np.inf)
+    finite = np.isfinite(z)
+    if finite.all():  # the common case: the same pairs without the gathers
+        idx = np.arange(n)
+        zf, pf = z, p
+    else:
+        idx = np.flatnonzero(finite)
+        zf, pf = z[idx], p[idx]
+    drop = np.where(zf[:, None] > zf[None, :], pf[None, :] - pf[:, None], -np.inf)
     if not np.isfinite(drop).any():
         return None
     a, b = np.unravel_index(int(np.argmax(drop)), drop.shape)
@@ -216,17 +221,22 @@ def _kth_gap(x: FloatArray, k: int) -> float | None:
     return smallest
 
 
-def _limit_gap(x: FloatArray, k: int, tau: float) -> float | None:
-    """:func:`_kth_gap` in the ``(x, k, tau)`` form of :meth:`Evaluator.memo` (the gap does not depend on tau)."""
-    return _kth_gap(x, k)
-
-
-def _v_hard_limit(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
-    gap = ev.memo(_limit_gap, x, k, tau)
+def _limit_row(x: FloatArray, k: int, tau: float) -> tuple[float, FloatArray] | None:
+    """``(small tau, the z the API computes for (x, small tau))`` of the hard-limit check, None
+    where it does not apply (the ``(x, k, tau)`` form of :meth:`Evaluator.memo`; tau is unused)."""
+    gap = _kth_gap(x, k)
     if gap is None:
         return None
     small = HARD_LIMIT_TAU_OVER_GAP * gap
-    r = ev.row(method, _z(x, small), k, 1.0)  # bitwise the z the API computes for (x, small)
+    return small, _z(x, small)
+
+
+def _v_hard_limit(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
+    limit = ev.memo(_limit_row, x, k, tau)
+    if limit is None:
+        return None
+    small, z_small = limit
+    r = ev.row(method, z_small, k, 1.0)  # bitwise the z the API computes for (x, small)
     if r.failures:
         f = r.failures[0]
         return _Measure(
