@@ -88,7 +88,7 @@ def _shrink(
         while x.size > 1:
             candidates = [
                 (y, kk)
-                for y in (np.delete(x, i) for i in range(x.size))
+                for y in (np.concatenate((x[:i], x[i + 1 :])) for i in range(x.size))  # np.delete(x, i), cheaper
                 for kk in dict.fromkeys((k, k - 1, min(k, y.size)))
             ]
             j = first(candidates, likely)
