@@ -262,16 +262,26 @@ class _RoundingErrors:
         dq, dp = self.dq, self.dp
         s3 = s[:, :, None]
         if t > 0:  # round one is softmax(z): z is exact
-            dy = d[:, :, None] * dq
-            ds = s3 * (dy - np.sum(s3 * dy, axis=1, keepdims=True))
+            ds = d[:, :, None] * dq  # dy
+            ds -= (s3 * ds).sum(axis=1, keepdims=True)
+            ds *= s3
         else:
             ds = np.zeros_like(dq)
         d_total = self.noise(err_total)
-        loc_s = self.noise(s * err_s) - s3 * d_total
-        loc_c = self.noise(c * err_c) + np.where(is_top > 0, -c, s)[:, :, None] * d_total
-        self.dp = dp + ds + loc_s + self.noise(_UNIT * np.abs(p))
+        loc_s = self.noise(s * err_s)
+        loc_s -= s3 * d_total
+        loc_c = self.noise(c * err_c)
+        loc_c += np.where(is_top > 0, -c, s)[:, :, None] * d_total
+        new_dp = dp + ds
+        new_dp += loc_s
+        new_dp += self.noise(_UNIT * np.abs(p))
+        self.dp = new_dp
         ds += self.noise(_SQRT2_UNIT * np.abs(q))
-        self.dq = np.where(direct[:, :, None], dq - loc_s, loc_c - dp) - ds
+        # the new dq: dq - loc_s where q - s was kept, else loc_c - dp; minus ds (in loc_c's buffer)
+        loc_c -= dp
+        np.subtract(dq, loc_s, out=loc_c, where=direct[:, :, None])
+        loc_c -= ds
+        self.dq = loc_c
 
 
 def _rnd(result: FloatArray, *operands: FloatArray) -> FloatArray:
