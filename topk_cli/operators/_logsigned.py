@@ -249,7 +249,7 @@ class _RoundingErrors:
 
     def iterative_round(
         self, t: int, d: FloatArray, s: FloatArray, c: FloatArray,
-        local: tuple[FloatArray, FloatArray, FloatArray, FloatArray], direct: NDArray[np.bool_], p: FloatArray,
+        local: tuple[FloatArray, FloatArray, FloatArray, NDArray[np.bool_]], direct: NDArray[np.bool_], p: FloatArray,
         q: FloatArray,
     ) -> None:
         """One round: ``y = q d``, ``s = softmax(y)``, ``p <- p + s``, ``q <- q - s`` or ``c - p``.
@@ -271,7 +271,7 @@ class _RoundingErrors:
         loc_s = self.noise(s * err_s)
         loc_s -= s3 * d_total
         loc_c = self.noise(c * err_c)
-        loc_c += np.where(is_top > 0, -c, s)[:, :, None] * d_total
+        loc_c += np.where(is_top, -c, s)[:, :, None] * d_total
         new_dp = dp + ds
         new_dp += loc_s
         new_dp += self.noise(_UNIT * np.abs(p))

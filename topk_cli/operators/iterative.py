@@ -14,7 +14,6 @@ from topk_cli.operators._logsigned import (
     _UNIT,
     _checked,
     _exclusive_sum,
-    _finite,
     _lse_added,
     _rnd_log,
     _RoundingErrors,
@@ -134,8 +133,12 @@ def _it_faithful(z: FloatArray, k: int) -> Forward:
             ctop_steps.append(c[rows, top])
             q_steps.append(q)
             # q - s and c - p are equal in exact arithmetic; keep the one with the smaller error bound
-            direct = np.abs(q) + s <= c + np.abs(p)
-            q = np.where(direct, q - s, c - p)
+            bound_q, bound_c = np.abs(q), np.abs(p)
+            bound_q += s
+            bound_c += c
+            direct = bound_q <= bound_c
+            q = np.subtract(c, p, out=bound_c)
+            np.subtract(q_steps[-1], s, out=q, where=direct)
             p += s
             err.iterative_round(t, d, s, c, local, direct, p, q)
             slope = s * c
@@ -167,28 +170,27 @@ def _lse_exclusive_symmetric(a: FloatArray) -> tuple[FloatArray, NDArray[np.bool
     """
     total = logsumexp(a)[..., None]
     finite = np.isfinite(total)
-    every = bool(finite.all())
+    every = finite.all()
     ratio = np.exp(a - total if every else a - np.where(finite, total, 0.0))
-    out = np.log1p(-np.minimum(ratio, 1.0))
+    out = np.minimum(ratio, 1.0)
+    np.negative(out, out=out)
+    np.log1p(out, out=out)
     out += total
     # 3/4, not 1/2: two tied maxima each hold half of the total, and the rounded ratio can exceed
     # 1/2 for both; above 3/4 only one entry fits, by a wide margin (below it, log1p(-ratio) is
     # conditioned by at most 4)
     dom = ratio > 0.75
+    if dom.any():  # such an entry's sum without it, summed directly
+        np.copyto(out, logsumexp(np.where(dom, _NEG_INF, a))[..., None], where=dom)
     if not every:
         dom &= finite
         out[~finite[:, 0]] = _NEG_INF
-    held = np.flatnonzero(dom.any(axis=-1))  # the rows with such an entry: its sum without it
-    if held.size:
-        rest = a[held]
-        rest[dom[held]] = _NEG_INF
-        out[held] = np.where(dom[held], logsumexp(rest)[..., None], out[held])
     return out, dom
 
 
 def _it_softmax(
     y: FloatArray, masked: NDArray[np.bool_]
-) -> tuple[FloatArray, FloatArray, tuple[FloatArray, FloatArray, FloatArray, FloatArray]]:
+) -> tuple[FloatArray, FloatArray, tuple[FloatArray, FloatArray, FloatArray, NDArray[np.bool_]]]:
     """``s = softmax(y) = exp(y - T)`` and ``c = 1 - s = exp(lc - T)`` without cancellation
     (``T = logsumexp(y)``, ``lc`` the exclusive log-sum), with their local rounding errors.
     ``y`` is ``-inf`` on the masked entries.
@@ -213,12 +215,12 @@ def _it_softmax(
 def _it_local_errors(
     y: FloatArray, total: FloatArray, lc: FloatArray, s: FloatArray, c: FloatArray, masked: NDArray[np.bool_],
     dom: NDArray[np.bool_],
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+) -> tuple[FloatArray, FloatArray, FloatArray, NDArray[np.bool_]]:
     """Rounding errors of ``s = exp(y - T)`` and ``c = exp(lc - T)``, ``T = logsumexp(y)``
     (``y`` is ``-inf`` on the masked entries, whose errors are 0).
 
     Returns the relative errors of ``s`` and ``c`` of each entry, the error of ``T`` (common to
-    the row: it scales every ``s_i`` by ``1 - dT``) and, as 1.0, the entry whose exclusive sum
+    the row: it scales every ``s_i`` by ``1 - dT``) and, as True, the entry whose exclusive sum
     was summed directly (``dom``: more than 3/4 of the total; none when the maximum is tied).
     ``T = max y + L`` is rounded by ``min(u |T|, L)`` (``L = -log s_top``, exact from
     ``c_top``); ``lc_i = T + log(1 - s_i)`` by ``min(u |T|, |log(1 - s_i)|)``, so that
@@ -227,24 +229,30 @@ def _it_local_errors(
     exponential adds ``u (1 + |argument|)``. The caller ignores the warnings of masked entries
     and of ``s = 1`` (``log 0``, bounded by the min below).
     """
+    rows = np.arange(y.shape[0])
     top = y.argmax(axis=-1)
-    lead = np.log1p(-c[np.arange(y.shape[0]), top])[:, None]
+    lead = np.negative(c[rows, top])
+    np.log1p(lead, out=lead)
     np.negative(lead, out=lead)
-    u_total = _UNIT * np.abs(total)
-    err_total = np.minimum(u_total, lead)
+    u_total = np.abs(total)
+    u_total *= _UNIT
+    err_total = np.minimum(u_total, lead[:, None])
     err_s = y - total
     np.abs(err_s, out=err_s)
     err_s += 1.0
     err_s *= _UNIT
-    l1p = np.log1p(-np.minimum(s, 1.0))
-    err_lc = np.minimum(u_total, np.abs(l1p, out=l1p))
-    held = np.flatnonzero(dom.any(axis=-1))  # the rows whose top entry was summed directly
-    if held.size:
-        rest = y[held]
-        rest[np.arange(held.size), top[held]] = _NEG_INF
-        _, added_rest = _lse_added(rest)
-        err_lc[held] = np.where(dom[held], _rnd_log(lc[held], added_rest), err_lc[held])
-    err_c = _finite(lc) - total
+    err_lc = np.minimum(s, 1.0)
+    np.negative(err_lc, out=err_lc)
+    np.log1p(err_lc, out=err_lc)
+    np.abs(err_lc, out=err_lc)
+    np.minimum(u_total, err_lc, out=err_lc)
+    if dom.any():  # the top entry was summed directly (in the rows that have such an entry)
+        rest = y.copy()
+        rest[rows, top] = _NEG_INF
+        np.copyto(err_lc, _rnd_log(lc, _lse_added(rest)[1]), where=dom)
+    err_c = np.isfinite(lc)
+    err_c = np.where(err_c, lc, 0.0)
+    err_c -= total
     np.abs(err_c, out=err_c)
     err_c += 1.0
     err_c *= _UNIT
@@ -252,7 +260,7 @@ def _it_local_errors(
     if masked.any():
         err_s[masked] = 0.0
         err_c[masked] = 0.0
-    return err_s, err_c, err_total, dom.astype(np.float64)
+    return err_s, err_c, err_total, dom
 
 
 def _tie_split(z: FloatArray, p: FloatArray, q: FloatArray) -> FloatArray:
