@@ -51,6 +51,9 @@ def _cases() -> list[tuple[np.ndarray, int]]:
     # a batch mixing every kind (ties in some rows only, masks in others, refused rows)
     mix = np.stack([_rows(rng, 17, tau, kind) for tau in (1e-3, 0.05, 2.0) for kind in kinds])
     cases.append((mix, 5))
+    # a batch large enough for the round's error propagation to spread its operands (B n >= 1366)
+    wide = np.stack([_rows(rng, 200, tau, kind) for tau in (1e-3, 0.5) for kind in kinds])
+    cases.append((wide, 3))
     # known hard rows: huge tied maxima, spreads beyond exp's range, a 1e20 spread with ties
     cases.append((np.array([[4e6, 4e6, 4e6, 0.0]]) - 4e6, 4))
     cases.append((np.array([[0.0, -800.0, -1600.0, -1e5, -1e300]]), 3))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -260,18 +261,29 @@ class _RoundingErrors:
         """
         err_s, err_c, err_total, is_top = local
         dq, dp = self.dq, self.dp
-        s3 = s[:, :, None]
+        # Every product below is elementwise, so its bits do not depend on how the operands are laid
+        # out. On large batches the (B, n) and (B, 1, _SAMPLES) operands are spread to dq's shape
+        # first: numpy broadcasts them with an inner loop of _SAMPLES entries, several times slower.
+        wide = dq.size >= 4096
+
+        def spread(x: NDArray[Any]) -> NDArray[Any]:
+            """``x`` (``(B, n)``, or ``(B, 1, _SAMPLES)``) as an operand of ``dq``'s shape."""
+            if x.ndim == 3:
+                return np.tile(x, (1, dq.shape[1], 1)) if wide else x
+            return np.repeat(x, _SAMPLES).reshape(dq.shape) if wide else x[:, :, None]
+
+        s3 = spread(s)
         if t > 0:  # round one is softmax(z): z is exact
-            ds = d[:, :, None] * dq  # dy
-            ds -= (s3 * ds).sum(axis=1, keepdims=True)
+            ds = spread(d) * dq  # dy
+            ds -= spread((s3 * ds).sum(axis=1, keepdims=True))
             ds *= s3
         else:
             ds = np.zeros_like(dq)
-        d_total = self.noise(err_total)
+        d_total = spread(self.noise(err_total))
         loc_s = self.noise(s * err_s)
         loc_s -= s3 * d_total
         loc_c = self.noise(c * err_c)
-        loc_c += np.where(is_top, -c, s)[:, :, None] * d_total
+        loc_c += spread(np.where(is_top, -c, s)) * d_total
         new_dp = dp + ds
         new_dp += loc_s
         new_dp += self.noise(_UNIT * np.abs(p))
@@ -279,7 +291,7 @@ class _RoundingErrors:
         ds += self.noise(_SQRT2_UNIT * np.abs(q))
         # the new dq: dq - loc_s where q - s was kept, else loc_c - dp; minus ds (in loc_c's buffer)
         loc_c -= dp
-        np.subtract(dq, loc_s, out=loc_c, where=direct[:, :, None])
+        np.subtract(dq, loc_s, out=loc_c, where=spread(direct))
         loc_c -= ds
         self.dq = loc_c
 
