@@ -5,7 +5,9 @@
 array([0., 1., 0.])
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from topk_cli._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
@@ -51,15 +53,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'topk_cli' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

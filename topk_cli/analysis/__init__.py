@@ -9,8 +9,9 @@ The entry points below load on first use, so that importing one light module of 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from topk_cli._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from topk_cli.analysis.probe import grad_recursive_outlook as grad_recursive_outlook
@@ -26,10 +27,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

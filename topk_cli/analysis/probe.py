@@ -46,7 +46,7 @@ from topk_cli.analysis.probe_grid import probe_memory as probe_memory
 from topk_cli.analysis.probe_grid import resolve_k as resolve_k
 from topk_cli.api import evaluate, get_method, scaled_scores
 from topk_cli.errors import InvalidArgumentError
-from topk_cli.operators._base import FloatArray
+from topk_cli.operators._base import FloatArray, tie_groups
 from topk_cli.recursion import RecursionOutlook, recursion_outlook
 from topk_cli.references import ReferenceContext
 from topk_cli.registry import METHODS, MONTE_CARLO_STDERRS, MethodSpec
@@ -213,12 +213,8 @@ class _ScoreOrder:
 
 
 def _score_order(z: FloatArray) -> _ScoreOrder:
-    order = np.argsort(z, axis=-1, kind="stable")
-    zs = np.take_along_axis(z, order, axis=-1)
-    n = z.shape[1]
-    idx = np.broadcast_to(np.arange(n), z.shape)
-    starts = np.ones(z.shape, dtype=bool)
-    starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
+    order, starts = tie_groups(z)
+    idx = np.broadcast_to(np.arange(z.shape[1]), z.shape)
     return _ScoreOrder(order, np.maximum.accumulate(np.where(starts, idx, 0), axis=-1))
 
 

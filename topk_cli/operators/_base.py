@@ -128,6 +128,16 @@ def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> F
     return out
 
 
+def tie_groups(z: FloatArray) -> tuple[NDArray[np.intp], NDArray[np.bool_]]:
+    """``(order, starts)`` of a ``(B, n)`` batch: the stable ascending order of each row and, per
+    sorted position, whether it starts a group of exactly equal scores."""
+    order = np.argsort(z, axis=-1, kind="stable")
+    zs = np.take_along_axis(z, order, axis=-1)
+    starts = np.ones(zs.shape, dtype=bool)
+    starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
+    return order, starts
+
+
 def average_ties(
     z: FloatArray, *arrays: FloatArray, rows: NDArray[np.int64] | None = None
 ) -> tuple[FloatArray, ...]:
@@ -147,10 +157,7 @@ def average_ties(
         for full, part in zip(out, averaged, strict=True):
             full[rows] = part
         return out
-    order = np.argsort(z, axis=-1, kind="stable")
-    zs = np.take_along_axis(z, order, axis=-1)
-    starts = np.ones(zs.shape, dtype=bool)
-    starts[:, 1:] = zs[:, 1:] != zs[:, :-1]
+    order, starts = tie_groups(z)
     if starts.all():
         return arrays
     group = np.cumsum(starts.ravel()) - 1

@@ -118,6 +118,8 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
     # the marginal error is affine in s_i (r_i = 1 - s_i), so its maximum over a row is at the
     # largest or the smallest unmasked score
     ends = np.stack([np.argmax(za, axis=-1), np.argmin(np.where(masked, np.inf, za), axis=-1)], axis=-1)
+    at = np.arange(rows.size)[:, None]  # with ends: the two entries of each row (fancy indexing, cheaper per
+    # iteration than take_along_axis on the one-row batches the property checks make)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a row that breaks down is no-convergence
         for it in range(1, max_iter + 1):
             if rows.size == 0:
@@ -125,12 +127,12 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
             s, r = _sigmoid_pair(np.subtract(za, la[:, None]))  # the plan of the current g, per unit row mass
             if has_mask:
                 np.copyto(r, 0.0, where=masked)  # s is already 0 there
-            big_s, big_r = np.sum(s, axis=-1), np.sum(r, axis=-1)
+            big_s, big_r = s.sum(axis=-1), r.sum(axis=-1)
             alpha = (unselected - big_r) / big_r  # the column updates scale the columns by 1 + alpha, 1 + beta
             beta = (k - big_s) / big_s
             # m * row mass - 1 after the column updates: (1 + alpha) r_i + (1 + beta) s_i - 1
-            s_end, r_end = np.take_along_axis(s, ends, axis=-1), np.take_along_axis(r, ends, axis=-1)
-            e = np.max(np.abs(alpha[:, None] * r_end + beta[:, None] * s_end), axis=-1)
+            s_end, r_end = s[at, ends], r[at, ends]
+            e = np.abs(alpha[:, None] * r_end + beta[:, None] * s_end).max(axis=-1)
             la = la + np.log1p(alpha) - np.log1p(beta)
             stop = (e <= tol) if it < max_iter else np.ones(rows.size, dtype=bool)
             if stop.any():
@@ -140,6 +142,7 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
                 lam[out], err[out], iters[out] = la[stop], e[stop], it
                 go = ~stop
                 rows, za, la, masked, unselected, ends = rows[go], za[go], la[go], masked[go], unselected[go], ends[go]
+                at = at[: rows.size]
                 has_mask = has_mask and bool(masked.any())
     p = np.where(fin, p, 0.0)
     q = np.where(fin, q, 1.0)
