@@ -184,7 +184,7 @@ def _lse_exclusive_symmetric(a: FloatArray) -> tuple[FloatArray, NDArray[np.bool
         np.copyto(out, logsumexp(np.where(dom, _NEG_INF, a))[..., None], where=dom)
     if not every:
         dom &= finite
-        out[~finite[:, 0]] = _NEG_INF
+        out[~finite[..., 0]] = _NEG_INF
     return out, dom
 
 
