@@ -11,7 +11,7 @@ odds ``p_i / (1 - p_i)``, so with ``R_1 = 1 / c^(1)`` and
 relative error of about ``u R_j`` (``u = 2^-53``), and the recursion breaks (argument <= 0) at
 the first level where ``u R_j >= 1`` for some entry, often while every marginal is still far
 from 1 (n = 100, k = 50, unit spread: smallest ``1 - p`` ~ 0.05, yet the recursion breaks).
-:func:`recursion_outlook` evaluates both models from an exact log-space dynamic program
+:func:`recursion_outlook` evaluates both models from the exact tables of the GradTopK reference
 (no recursion), ``log10 R`` being the predicted digits lost. Measured on the default grid
 (2860 trials with k >= 2): the amplification model agrees with the trace on 99.5% of trials
 (no break missed, 13 false alarms with ``u R`` between 1 and 1e4: the model adds error
@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 from topk_cli.operators._base import FloatArray
 from topk_cli.operators._logspace import logsumexp
-from topk_cli.references import EspTables, ReferenceContext, esp_tables
+from topk_cli.references import Esp, ReferenceContext, esp_logs, esp_tables, forward_len
 
 _U = float(np.finfo(np.float64).eps) / 2  # unit roundoff 2^-53
 _LOG_U = math.log(_U)
@@ -79,7 +79,7 @@ def _loo(prefix: FloatArray, suffix: FloatArray, degree: int) -> FloatArray:
     return out
 
 
-def outlook_from_tables(tab: EspTables, k: int) -> RecursionOutlook:
+def outlook_from_tables(tab: Esp, k: int) -> RecursionOutlook:
     """The prediction of :func:`recursion_outlook` from tables of degree >= k - 1."""
     rows, n = tab.s.shape
     pred = np.full(rows, -1, dtype=np.int64)
@@ -88,13 +88,14 @@ def outlook_from_tables(tab: EspTables, k: int) -> RecursionOutlook:
         return RecursionOutlook(pred, sat, np.ones(rows), np.zeros(rows))
     # only entries with p^(k-1) > 1/2 can amplify errors (odds > 1); there are < 2(k-1) of them,
     # and they are the largest scores: keep the top m
-    m = min(n, 2 * k, tab.prefix.shape[0] - 1)
+    m = min(n, 2 * k, forward_len(tab))
+    prefix, suffix, total = esp_logs(tab, m, k - 1)
     # float64 is plenty here: the model needs digits lost, not digits
-    loo = _loo(tab.prefix[:m].astype(np.float64), tab.suffix[1 : m + 1].astype(np.float64), k - 1)  # (m, B, k): log e_j(w_-i), j = 0..k-1
+    loo = _loo(prefix.astype(np.float64), suffix.astype(np.float64), k - 1)  # (m, B, k): log e_j(w_-i), j = 0..k-1
     levels = np.arange(1, k)
     with np.errstate(invalid="ignore"):  # masked entries (-inf) give NaN here and are dropped below
-        log_c = loo[:, :, 1:] - tab.total[None, :, 1:k]  # log(1 - p_i^(j)), j = 1..k-1
-        log_p = tab.s.T[:m, :, None].astype(np.float64) + loo[:, :, :-1] - tab.total[None, :, 1:k]
+        log_c = loo[:, :, 1:] - total[None, :, 1:k]  # log(1 - p_i^(j)), j = 1..k-1
+        log_p = tab.s.T[:m, :, None].astype(np.float64) + loo[:, :, :-1] - total[None, :, 1:k]
     finite = np.isfinite(tab.s.T[:m])[:, :, None]
     log_c = np.where(finite, np.minimum(log_c, 0.0), 0.0)
     log_p = np.where(finite, np.minimum(log_p, 0.0), -np.inf)

@@ -155,7 +155,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         implementation=GRAD,
         capabilities=Capabilities(potential=log_esp),
         probe=ProbeReference(
-            "an independent log-space forward/backward program in extended precision (catches "
+            "an independent forward/backward program in linear space, extended precision (catches "
             "implementation bugs, not a flaw shared by both)",
             grad_reference,
         ),
@@ -179,7 +179,11 @@ _SPECS: tuple[MethodSpec, ...] = (
         notes="Kept to expose its failure: rows it cannot compute are reported, never returned wrong.",
         implementation=GRAD_RECURSIVE,
         capabilities=Capabilities(potential=log_esp),
-        probe=ProbeReference("grad (the exact log-space dynamic program of the library)", grad_reference),
+        probe=ProbeReference(
+            "GradTopK exactly, by grad's reference (an independent forward/backward program in linear space, "
+            "extended precision)",
+            grad_reference,
+        ),
         failures=(
             FailureCode("log0", "a log argument 1 - p_i of the recursion rounded to exactly 0 (log 0 = -inf)"),
             FailureCode("log-negative", "a log argument 1 - p_i of the recursion rounded below 0 (its log is NaN)"),

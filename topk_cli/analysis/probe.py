@@ -180,7 +180,7 @@ class ProbeReport:
 def grad_recursive_outlook(x: ArrayLike, k: int, *, tau: float = 1.0) -> RecursionOutlook:
     """Predict, without running it, where GradTopK's recursion breaks on each row of ``x / tau``.
 
-    From an exact log-space program (no subtraction) it computes every complement
+    From the exact tables of GradTopK's reference (no subtraction) it computes every complement
     ``c_i^(j) = 1 - p_i^(j) = e_j(w_-i) / e_j(w)`` and marginal ``p_i^(j)`` for levels
     ``j < k`` (``w = exp(z)``) and the error amplification ``R_j = (p^(j)/c^(j)) R_{j-1} +
     1/c^(j)`` of the recursion's deflation. The argument of ``log`` at level ``j + 1`` has a
@@ -326,7 +326,7 @@ class _Unit:
     """One (n, scale, methods) unit of the probe's grid: everything its cells depend on.
 
     ``names`` are the methods that share work on this (n, scale): those judged against the same
-    reference function (``grad`` and ``grad-recursive`` share its log-space tables,
+    reference function (``grad`` and ``grad-recursive`` share its tables,
     ``thre-sigmoid`` and ``ot-sinkhorn`` its bisection, computed once per k); every other
     method is a unit of its own, so the units are small enough to balance over the jobs.
     """
@@ -366,7 +366,7 @@ def _run_unit(u: _Unit) -> list[CellResult]:
     if not np.isfinite(x).all():
         raise InvalidArgumentError(f"offset + scale * draw overflows float64 (scale={u.scale:g})")
     z = scaled_scores(x, 1, tau=u.tau)
-    # one O(n kmax) log-space program per (n, scale), shared by every k and method
+    # one O(n kmax) GradTopK program per (n, scale), shared by every k and method
     ctx = ReferenceContext(z, max(u.ks))
     order = _score_order(z)  # the scores' order, shared by every k
     cells = []

@@ -131,7 +131,7 @@ def _is_real(value: object) -> bool:
 
 
 def probe_memory(names: Sequence[str], n: int, kmax: int, trials: int) -> int:
-    """Bytes the probe itself holds for one (n, scale) unit: draws, the log-space tables of the
+    """Bytes the probe itself holds for one (n, scale) unit: draws, the tables of the
     GradTopK reference (two ``(n + 1, trials, kmax + 1)`` extended-precision tables, when a
     selected method uses them) and a stability model's outlook (a few ``(2k, trials, k)`` arrays).
     Methods need their own working memory on top (for the sequential ones ~ ``trials k n``)."""

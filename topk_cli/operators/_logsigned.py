@@ -31,8 +31,8 @@ def _log_diff(lpos: FloatArray, lneg: FloatArray) -> tuple[FloatArray, FloatArra
         near = gap > -np.log(2.0)
         tail = np.where(near, np.log(-np.expm1(np.where(near, gap, -1.0))), np.log1p(-np.exp(gap)))
     sign = np.sign(lpos - np.where(np.isfinite(hi), lneg, lpos))
-    sign = np.where(np.isneginf(lpos) & np.isfinite(lneg), -1.0, sign)
-    sign = np.nan_to_num(sign, nan=0.0)
+    sign = np.where((lpos == _NEG_INF) & np.isfinite(lneg), -1.0, sign)
+    sign = np.where(np.isnan(sign), 0.0, sign)  # (a sign is never infinite)
     out = np.where(sign == 0, _NEG_INF, hi + np.where(np.isfinite(hi), tail, 0.0))
     return sign, out
 
@@ -64,10 +64,11 @@ def _exclusive_sum(x: FloatArray) -> FloatArray:
     """
     total = x.sum(axis=1, keepdims=True)
     out = total - x
-    top = np.argmax(np.abs(x), axis=1)[:, None]
+    b, c = np.arange(x.shape[0])[:, None], np.arange(x.shape[2])[None, :]
+    top = np.abs(x).argmax(axis=1)  # (B, C): the row of each column's largest |x|
     without = x.copy()
-    np.put_along_axis(without, top, 0.0, axis=1)
-    np.put_along_axis(out, top, without.sum(axis=1, keepdims=True), axis=1)
+    without[b, top, c] = 0.0
+    out[b, top, c] = without.sum(axis=1)
     return out
 
 
@@ -116,6 +117,7 @@ ILL_CONDITIONED_TOLERANCE = 1e-9
 _LOG_NOISE = math.log(64 * np.finfo(np.float64).eps)
 
 _UNIT = float(np.finfo(np.float64).eps) / 2  # unit roundoff of float64
+_LARGEST = float(np.finfo(np.float64).max)
 _SQRT2_UNIT = float(np.sqrt(2.0)) * _UNIT
 _SAMPLES = 3  # independent random patterns of rounding errors propagated side by side
 _SAFETY = 3.0  # the estimate is the RMS over the patterns times this (see the module docstring)
@@ -124,11 +126,10 @@ _GROWTH_FLOOR = 1e3 * _UNIT  # growth is measured from here: below, new local er
 _FIX = "the operator is ill-conditioned at this input (use a larger tau or a threshold method)"
 
 
-def _times(factor: FloatArray, err: FloatArray) -> FloatArray:
-    """``factor * err`` with ``inf * 0 = 0`` (a huge factor applied to no error at all)."""
-    with np.errstate(invalid="ignore", over="ignore"):  # the 0 * inf products are replaced below
-        out = factor * err
-    return np.where(err == 0, 0.0, out)
+def _nan_to_num(x: FloatArray, nan: float) -> FloatArray:
+    """``np.nan_to_num(x, nan=nan)`` bit for bit (``+-inf`` become ``+-``the largest float, as there),
+    without its Python-level overhead (it ran several times per round of the sequential operators)."""
+    return np.where(np.isnan(x), nan, np.minimum(np.maximum(x, -_LARGEST), _LARGEST))
 
 
 def _finite(x: FloatArray) -> FloatArray:
@@ -140,7 +141,7 @@ def _estimate(dp: FloatArray) -> FloatArray:
     """``_SAFETY`` times the largest RMS (over the samples) of the entries' errors, per row; inf
     for a row whose propagated errors overflowed."""
     with np.errstate(over="ignore", invalid="ignore"):  # a blown-up estimate is inf or NaN
-        est = _SAFETY * np.sqrt(np.max(np.einsum("bic,bic->bi", dp, dp), axis=-1) / _SAMPLES)
+        est = _SAFETY * np.sqrt(np.einsum("bic,bic->bi", dp, dp).max(axis=-1) / _SAMPLES)
     return np.where(np.isnan(est), np.inf, est)
 
 
@@ -159,11 +160,12 @@ class _RoundingErrors:
         bsz, n = z.shape
         self._rng = np.random.default_rng(_SEED)
         order = np.argsort(z, axis=-1, kind="stable")
-        zs = np.take_along_axis(z, order, axis=-1)
+        index = np.arange(bsz)[:, None], order
+        zs = z[index]
         first = np.where(np.concatenate([np.ones((bsz, 1), dtype=bool), zs[:, 1:] != zs[:, :-1]], axis=-1),
                          np.arange(n), 0)
         rank = np.empty_like(order)
-        np.put_along_axis(rank, order, np.maximum.accumulate(first, axis=-1), axis=-1)  # ties: same rank
+        rank[index] = np.maximum.accumulate(first, axis=-1)  # ties: same rank
         # Rows without ties draw by column, rows with ties by rank: each row draws what it would
         # draw alone, whatever the other rows of its batch hold.
         tied = (first[:, 1:] == 0).any(axis=-1)
@@ -190,12 +192,15 @@ class _RoundingErrors:
     def close_round(self, t: int, cause: dict[str, FloatArray]) -> None:
         est = _estimate(self.dp)
         with np.errstate(invalid="ignore"):  # inf / inf: no growth
-            growth = np.nan_to_num(est / np.maximum(self.estimate, _GROWTH_FLOOR), nan=1.0)
+            growth = _nan_to_num(est / np.maximum(self.estimate, _GROWTH_FLOOR), 1.0)
         worse = growth > self.growth
-        self.growth = np.where(worse, growth, self.growth)
-        self.worst = np.where(worse, t + 1, self.worst)
-        for name, val in cause.items():
-            self.cause[name] = np.where(worse, val, self.cause.get(name, val))
+        if worse.any():  # (else nothing changes but the first round's cause)
+            self.growth = np.where(worse, growth, self.growth)
+            self.worst = np.where(worse, t + 1, self.worst)
+            for name, val in cause.items():
+                self.cause[name] = np.where(worse, val, self.cause.get(name, val))
+        elif not self.cause:
+            self.cause = dict(cause)
         self.crossed = np.where((self.crossed < 0) & (est > ILL_CONDITIONED_TOLERANCE), t + 1, self.crossed)
         self.estimate = est
 
@@ -239,14 +244,50 @@ class _RoundingErrors:
         ``dp_i <- dp_i + s_i ((1 - s_i) dq_i - X_i)``, ``X_i = sum_{j != i} s_j dq_j``, plus local
         errors of these sizes: ``err_u`` (relative, of ``u_i = q_i e^{z_i}`` as the round forms it),
         ``err_sum`` (relative, of ``S``), ``err_q`` (relative, of the new ``q``), ``err_p`` (absolute).
+        Called inside the caller's ``np.errstate`` (a blown-up estimate overflows: the row is reported).
         """
-        dq = self.dq + self.noise(err_u)
+        # the four tables noise() would draw for err_u, err_sum, err_q, err_p, in that order, in one draw
+        n = s.shape[1]
+        draw = self._rng.standard_normal((3 * n + 1, _SAMPLES))
+        sum_table = draw[n : n + 1]
+        tables = [draw[:n], draw[n + 1 : 2 * n + 1], draw[2 * n + 1 :]]
+        if self._rank is not None and n > 1:
+            tables = [table[self._rank] for table in tables]
+        # In place where a temporary would be the result (the same operations in the same order), and
+        # on large batches the (B, n) factors repeated over the samples first: numpy runs a
+        # (B, n, 1) x (B, n, 3) product as B n loops of 3, slower than one pass over a contiguous
+        # (B, n, 3) (on a few entries the extra call costs more than it saves).
+        repeat = s.size >= 256
+
+        def per_sample(x: FloatArray) -> FloatArray:
+            return np.repeat(x[:, :, None], _SAMPLES, axis=2) if repeat else x[:, :, None]
+
+        def times_table(x: FloatArray, table: FloatArray) -> FloatArray:
+            out = per_sample(x)
+            if not repeat:
+                return out * table
+            out *= table
+            return out
+
+        dq = times_table(err_u, tables[0])
+        dq += self.dq
         dp = self.dp
-        s3 = s[:, :, None]
+        s3 = per_sample(s)
         x = _exclusive_sum(s3 * dq)
-        d_sum = self.noise(err_sum)
-        self.dq = (1.0 - s3) * dq + _times(e_over_v[:, :, None], x - dp) - d_sum + self.noise(err_q)
-        self.dp = dp + s3 * ((1.0 - s3) * dq - x - d_sum) + self.noise(err_p)
+        d_sum = err_sum[:, :, None] * sum_table
+        gap = x - dp
+        kept = (1.0 - s3) * dq  # (1 - s_i) dq_i
+        new_dq = np.multiply(per_sample(e_over_v), gap, out=dq)
+        new_dq[gap == 0] = 0.0  # an infinite gain on no error at all
+        new_dq += kept
+        new_dq -= d_sum
+        new_dq += times_table(err_q, tables[1])
+        kept -= x
+        kept -= d_sum
+        kept *= s3
+        kept += dp
+        kept += times_table(err_p, tables[2])
+        self.dq, self.dp = new_dq, kept
 
     def iterative_round(
         self, t: int, d: FloatArray, s: FloatArray, c: FloatArray,
@@ -327,38 +368,6 @@ def _lse_added(parts: FloatArray) -> tuple[FloatArray, FloatArray]:
     with np.errstate(divide="ignore"):  # empty sums: log 0
         added = np.log(np.sum(np.exp(parts - safe), axis=-1, keepdims=True))
     return top, np.where(np.isfinite(top), added, 0.0)
-
-
-def _log1pexp_added(x: FloatArray, other: FloatArray) -> FloatArray:
-    """The term ``log(1 + e^{-|x - other|})`` that ``logaddexp(x, other)`` adds to the larger; 0 if one is empty."""
-    with np.errstate(invalid="ignore"):  # -inf - -inf: both empty
-        gap = np.abs(x - other)
-    return np.where(np.isfinite(gap), np.log1p(np.exp(-np.where(np.isfinite(gap), gap, 0.0))), 0.0)
-
-
-def _log_diff_added(lpos: FloatArray, lneg: FloatArray) -> FloatArray:
-    """The term ``log(1 - e^{-|lpos - lneg|})`` that :func:`_log_diff` adds to the larger; 0 if one is empty."""
-    with np.errstate(invalid="ignore", divide="ignore"):  # equal terms: log 0 (an exact zero, no error)
-        gap = np.abs(lpos - lneg)
-        added = np.log(-np.expm1(-np.where(np.isfinite(gap), gap, 1.0)))
-    return np.where(np.isfinite(gap) & np.isfinite(added), added, 0.0)
-
-
-def _lse_exclusive_error(parts: FloatArray, out: FloatArray) -> FloatArray:
-    """Rounding error of ``out = logsumexp_exclusive(parts)``: ``total + log1p(-ratio)`` for every
-    entry but the largest, whose exclusive sum is summed directly around the second largest."""
-    _, added_total = _lse_added(parts)
-    total = logsumexp(parts)[:, None]
-    top = np.argmax(parts, axis=-1)[:, None]
-    rest = parts.copy()
-    np.put_along_axis(rest, top, _NEG_INF, axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):  # masked entries and empty rows
-        ratio = np.exp(parts - np.where(np.isfinite(total), total, 0.0))
-        added_out = np.log1p(-np.minimum(ratio, 1.0))
-    err = _rnd_log(total, added_total) + _rnd_log(out, added_out)
-    _, added_rest = _lse_added(rest)
-    np.put_along_axis(err, top, _rnd_log(np.take_along_axis(out, top, axis=-1), added_rest), axis=-1)
-    return err
 
 
 def _slog(x: FloatArray) -> tuple[FloatArray, FloatArray]:

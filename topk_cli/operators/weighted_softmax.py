@@ -9,30 +9,17 @@ from numpy.typing import NDArray
 
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation, _combine_rows
 from topk_cli.operators._logsigned import (
-    _LOG_NOISE,
     _NEG_INF,
-    _SAFETY,
-    _SAMPLES,
     _UNIT,
     ILL_CONDITIONED_TOLERANCE,
     _checked,
     _exclusive_sum,
-    _failed,
-    _log1pexp_added,
-    _log_diff,
-    _log_diff_added,
-    _lse_exclusive_error,
-    _parts,
-    _rnd,
-    _rnd_log,
-    _RoundingErrors,
     _signed_add,
     _slog_sum,
-    _times,
     _to_linear,
     _total_without_largest,
 )
-from topk_cli.operators._logspace import logsumexp_exclusive
+from topk_cli.operators._weighted_softmax_faithful import _ws_faithful
 from topk_cli.operators._weighted_softmax_fast import (
     FAST_MAX_GAP,
     _ws_expand,
@@ -68,8 +55,8 @@ def _eligible(z: FloatArray) -> NDArray[np.bool_]:
     """The rows the fast path takes: no masked entry, ``max z = 0`` and a gap of at most
     :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP`."""
     with np.errstate(invalid="ignore"):  # -inf - -inf on fully masked input: not eligible
-        return np.asarray(np.isfinite(z).all(axis=-1) & (np.max(z, axis=-1) == 0.0)
-                          & (np.min(z, axis=-1) >= -FAST_MAX_GAP), dtype=bool)
+        return np.asarray(np.isfinite(z).all(axis=-1) & (z.max(axis=-1) == 0.0)
+                          & (z.min(axis=-1) >= -FAST_MAX_GAP), dtype=bool)
 
 
 def _ws_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
@@ -138,199 +125,6 @@ def _ws_stored(fwd: Forward, z: FloatArray, k: int) -> Forward:
         return fwd
     with np.errstate(all="ignore"):
         return _ws_forward(z, k)
-
-
-def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
-    """``k`` rounds of ``p <- p + q e^z / sum(q e^z)`` with ``q = 1 - p``, in signed log space.
-
-    Shapes: ``z`` is ``(B, n)`` (see ``_base``); ``p`` and ``q`` are ``(B, n)``, ``sum p = k``.
-    ``p`` is not confined to [0, 1]; as ``tau -> 0`` with ``k = 2`` it tends to
-    ``(1.5, 0.5, 0, ...)``. Rows where the normaliser ``S`` vanishes (a pole) get code ``"inf"``,
-    rows whose estimated error exceeds :data:`ILL_CONDITIONED_TOLERANCE` ``"ill-conditioned"``.
-    Without ``store`` the rounds the derivatives read are neither formed nor kept (``aux`` holds only
-    ``fast`` and ``error_estimate``; ``p``, ``q`` and the codes are the same bits).
-
-    >>> _ws_faithful(np.array([[0.0, -3000.0, -6000.0]]), 2).p.round(4)
-    array([[1.5, 0.5, 0. ]])
-    """
-    bsz = z.shape[0]
-    masked = np.isneginf(z)
-    sq, lq = np.ones_like(z), np.zeros_like(z)  # q = 1
-    sp, lp = np.zeros_like(z), np.full_like(z, _NEG_INF)  # p = 0
-    steps: dict[str, list[FloatArray]] = {"s": [], "f": [], "rho": [], "c": [], "lf": [], "sf": [], "lrho": [], "ls": [], "ss": [],
-                                         "lc": [], "sc": []}
-    fwd = Forward(p=np.zeros_like(z), q=np.ones_like(z))
-    err = _RoundingErrors(z)
-    for t in range(k):
-        a = np.where(masked, _NEG_INF, lq + z)  # log|u|, u = q e^z
-        apos, aneg = _parts(sq, a)
-        # S in the frame of the row's largest |u| (linear, so that the s_i sum to 1 exactly up to
-        # rounding: log S itself would carry an absolute error of ulp(|z|) at large |z|)
-        m = np.max(a, axis=-1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0.0)
-        e = np.where(sq == 0, 0.0, sq * np.exp(a - m))
-        s_lin = np.sum(e, axis=-1, keepdims=True)
-        pole = s_lin[:, 0] == 0
-        if pole.any():
-            sentence = f"the normaliser sum_j (1 - p_j) e^{{z_j}} is exactly 0 at round {t + 1} (a pole)"
-            _failed(fwd, "inf", pole, np.full(bsz, t + 1), sentence)
-        s_lin = np.where(pole[:, None], 1.0, s_lin)
-        s_sign = np.sign(s_lin)
-        log_s = np.log(np.abs(s_lin))  # log|S| = m + log_s; differences subtract m first
-        xpos, xneg = logsumexp_exclusive(apos), logsumexp_exclusive(aneg)  # sum_{j != i} u_j, by sign
-        if store:  # X_i = sum_{j != i} u_j, for c = X / S (the derivatives only)
-            t_sign, lt = _log_diff(xpos, xneg)
-        lpe = lp + z  # log|p_i e^{z_i}|
-        ppos, pneg = _parts(sp, lpe)
-        vpos, vneg = np.logaddexp(xpos, pneg), np.logaddexp(xneg, ppos)
-        v_sign, lv = _log_diff(vpos, vneg)  # V_i = S - e^{z_i} = sum_{j != i} u_j - p_i e^{z_i}
-        # V_i is a difference of positive sums; where it cancels to rounding noise (or to exactly 0)
-        # before the last round, float64 has dropped the small terms that keep 1 - p_i away from 0,
-        # and the next rounds multiply that noise by e^{z_i} / S (tied maxima at small tau:
-        # x = 1,1,0, k = 3, tau = 0.01 would return 1,1,1 instead of 1.3,1.3,0.4). Exactly 0 is right
-        # only at the last round (all-equal entries saturating together), so that round is exempt.
-        with np.errstate(invalid="ignore"):  # -inf - -inf on masked entries: excluded below
-            noise = (lv - np.logaddexp(vpos, vneg)) < _LOG_NOISE
-        lost = (noise & (sq != 0) & ~masked).any(axis=-1) if t < k - 1 else np.zeros(bsz, bool)
-        if lost.any():
-            sentence = (
-                f"weighted-softmax: round {t + 1}: S - e^{{z_i}} = sum_{{j != i}} (1 - p_j) e^{{z_j}} - p_i e^{{z_i}} "
-                "cancelled to float64 rounding noise, losing the small terms that keep 1 - p_i > 0 for the "
-                "rounds left (typically tied maxima at small tau); the operator is ill-conditioned at this "
-                "input in float64 (use a larger tau or a threshold method)"
-            )
-            _failed(fwd, "ill-conditioned", lost, np.full(bsz, t + 1), sentence)
-        l_step = (a - m) - log_s  # log|s_i|
-        l_f = (lv - m) - log_s  # log|f_i|, f_i = 1 - e^{z_i}/S = q_new_i / q_i
-        s_val = e / s_lin
-        if store:
-            steps["s"].append(s_val)
-            steps["f"].append(_to_linear(v_sign * s_sign, l_f))
-            steps["c"].append(_to_linear(t_sign * s_sign, (lt - m) - log_s))
-            steps["rho"].append(_to_linear(s_sign * np.ones_like(z), (z - m) - log_s))
-            # log-space copies of the factors that overflow beyond gaps of ~709 (signed rho = sign(S) e^lrho)
-            steps["lf"].append(l_f)
-            steps["sf"].append(v_sign * s_sign)
-            steps["lrho"].append(np.where(masked, _NEG_INF, (z - m) - log_s))
-            steps["ls"].append(np.where(sq == 0, _NEG_INF, l_step))
-            steps["ss"].append(sq * s_sign)
-            steps["lc"].append(np.where(t_sign == 0, _NEG_INF, (lt - m) - log_s))
-            steps["sc"].append(t_sign * s_sign)
-        sp_new, lp_new = _signed_add(sp, lp, sq * s_sign, l_step)
-        err_u, err_q, err_p = _ws_local_errors({
-            "a": a, "m": m, "lq": lq, "z": z, "lv": lv, "sq": sq, "lpe": lpe, "lp": lp, "sp": sp, "apos": apos,
-            "aneg": aneg, "xpos": xpos, "xneg": xneg, "vpos": vpos, "vneg": vneg, "l_f": l_f, "log_s": log_s,
-            "sp_new": sp_new, "lp_new": lp_new, "s": s_val, "p": _to_linear(sp, lp), "l_step": l_step,
-        })
-        with np.errstate(over="ignore", invalid="ignore"):  # V_i = 0: an infinite factor (on a zero error)
-            e_over_v = np.where(v_sign == 0, 0.0, v_sign * np.exp(z - lv))
-        kappa_s = np.sum(np.abs(e), axis=-1) / np.abs(s_lin[:, 0])
-        err.weighted_softmax_round(s_val, e_over_v, err_u, err_q, _UNIT * kappa_s[:, None], err_p)
-        err.close_round(t, _ws_cause(kappa_s, s_val, vpos, vneg, lv, e_over_v))
-        sp, lp = sp_new, lp_new
-        sq, lq = sq * v_sign * s_sign, lq + l_f
-        lq = np.where(sq == 0, _NEG_INF, lq)
-    fwd.p = np.where(masked, 0.0, _to_linear(sp, lp))
-    fwd.aux = {name: np.stack(vals, axis=1) for name, vals in steps.items()} if store else {}  # (B, k, n)
-    fwd.aux["fast"] = np.zeros(bsz)
-    err.report(fwd, z, "weighted-softmax", lambda b: _ws_explain(err.cause, b))
-    fwd.q = np.where(masked, 1.0, _ws_complement(fwd.p, sq, lq, err))
-    return fwd
-
-
-def _ws_complement(p: FloatArray, sq: FloatArray, lq: FloatArray, err: _RoundingErrors) -> FloatArray:
-    """``1 - p`` per entry: the carried log-space ``q`` or ``1 - p`` by subtraction, whichever has
-    the smaller estimated error.
-
-    The carried ``q`` is relatively accurate while ``|log q|`` is moderate, but its last update
-    ``log q + log|V| - m - log S`` adds ``O(1)`` terms to logs of size ``|z|``, which ulps of
-    ``1e17`` swallow (``x = 0, 1``, ``k = 2``, ``tau = 1e-17``: ``q_2 = -0.5`` came out ``-1``
-    while ``p_2 = 1.5`` was right: the last round's ``q`` feeds no later round, so the row's estimate,
-    which is of ``p``, did not see it). ``1 - p`` is as accurate as ``p`` in absolute terms, so it
-    wins wherever ``|q|`` is not small.
-    """
-    q_log = _to_linear(sq, lq)
-    with np.errstate(over="ignore", invalid="ignore"):  # a blown-up estimate is inf
-        rel = _SAFETY * np.sqrt(np.einsum("bic,bic->bi", err.dq, err.dq) / _SAMPLES)
-        err_log = np.nan_to_num(rel * np.abs(q_log), nan=np.inf)
-    q_sub = 1.0 - p
-    err_sub = err.estimate[:, None] + _UNIT * np.maximum(1.0, np.abs(p))
-    # a log-space exact 0 (V_i cancelled exactly) is kept only where 1 - p agrees with 0
-    err_log = np.where(q_log == 0, np.where(np.abs(q_sub) <= err_sub, 0.0, np.inf), err_log)
-    return np.where(err_sub < err_log, q_sub, q_log)
-
-
-def _ws_local_errors(r: dict[str, FloatArray]) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Local rounding errors of one ``weighted-softmax`` round (named quantities of the loop).
-
-    Returns the relative error of ``u_i = q_i e^{z_i}`` as the round forms it (``log u = log q + z``,
-    then ``- m``), the relative error of the new ``q_i`` (the log-sums making ``V_i = P_i - N_i``,
-    amplified by the cancellation ``(P_i + N_i) / |V_i|``, then ``log f = log V - log S`` and
-    ``log q + log f``), and the absolute error of the new ``p_i`` (``log s_i``, the signed add).
-    Every log-space operation is charged by :func:`_rnd` or :func:`_rnd_log`: ``u`` times the
-    magnitude of the log, unless what was added is smaller (then the sum is nearly exact).
-    """
-    a, m, lq, z, lv = r["a"], r["m"], r["lq"], r["z"], r["lv"]
-    live = np.isfinite(a) & (r["sq"] != 0)
-    err_u = _rnd(a, lq, z) + _rnd(a - m, a, m) + _UNIT
-    lpe_err = _rnd(r["lpe"], r["lp"], z)
-    pneg, ppos = np.where(r["sp"] < 0, r["lpe"], _NEG_INF), np.where(r["sp"] > 0, r["lpe"], _NEG_INF)
-    with np.errstate(over="ignore", invalid="ignore"):  # V_i = 0 (an exact zero of q_i): infinite error
-        err_v = np.full_like(lv, _UNIT)
-        for x, excl, other, v in (
-            (r["xpos"], _lse_exclusive_error(r["apos"], r["xpos"]), pneg, r["vpos"]),
-            (r["xneg"], _lse_exclusive_error(r["aneg"], r["xneg"]), ppos, r["vneg"]),
-        ):
-            err_part = (_times(np.exp(x - v), excl) + _times(np.exp(other - v), lpe_err)
-                        + _rnd_log(v, _log1pexp_added(x, other)))
-            err_v = err_v + _times(np.exp(v - lv), err_part)
-        err_v = err_v + _rnd_log(lv, _log_diff_added(r["vpos"], r["vneg"]))
-    lvm = lv - m
-    err_q = err_v + _rnd(lvm, lv, m) + _rnd(r["l_f"], lvm, r["log_s"]) + _rnd(lq + r["l_f"], lq, r["l_f"])
-    err_q = np.where(live, np.nan_to_num(err_q, nan=np.inf), 0.0)
-    p_new = np.abs(_to_linear(r["sp_new"], r["lp_new"]))
-    s_abs = np.abs(r["s"])
-    same = r["sp"] * r["sq"] * np.sign(r["s"]) > 0  # p and the step s_i have one sign: a sum, else a difference
-    added_p = np.where(same, _log1pexp_added(r["lp"], r["l_step"]), _log_diff_added(r["lp"], r["l_step"]))
-    err_p = (p_new * _rnd_log(r["lp_new"], added_p) + _UNIT * np.maximum(np.abs(r["p"]), s_abs)
-             + s_abs * _rnd(r["l_step"], a - m, r["log_s"]))
-    return np.where(live, err_u, 0.0), err_q, np.where(np.isfinite(a), err_p, 0.0)
-
-
-def _ws_cause(
-    kappa_s: FloatArray, s: FloatArray, vpos: FloatArray, vneg: FloatArray, lv: FloatArray, e_over_v: FloatArray
-) -> dict[str, FloatArray]:
-    """What a round does to errors: the cancellation of ``S`` and of the worst ``V_i``, the largest
-    ``|s_i|`` and the largest ``|e^{z_i} / V_i|`` (the gain from an error of ``p_i`` to ``1 - p_i``)."""
-    with np.errstate(over="ignore", invalid="ignore"):  # V_i = 0: infinite cancellation
-        kappa_v = np.nan_to_num(np.exp(vpos - lv) + np.exp(vneg - lv), nan=np.inf)
-    kappa_v = np.where(np.isfinite(vpos) | np.isfinite(vneg), kappa_v, 1.0)
-    return {
-        "kappa_s": kappa_s,
-        "kappa_v": np.max(kappa_v, axis=-1),
-        "entry": np.argmax(kappa_v, axis=-1).astype(np.float64),
-        "s_max": np.max(np.abs(s), axis=-1),
-        "gain": np.max(np.abs(e_over_v), axis=-1),
-        "gain_entry": np.argmax(np.abs(e_over_v), axis=-1).astype(np.float64),
-    }
-
-
-def _ws_explain(cause: dict[str, FloatArray], b: int) -> str:
-    kappa_s, kappa_v, entry, s_max = (float(cause[name][b]) for name in ("kappa_s", "kappa_v", "entry", "s_max"))
-    parts = []
-    if kappa_s >= 10:
-        parts.append(f"the normaliser S = sum_j (1 - p_j) e^{{z_j}} cancelled to {1 / kappa_s:.1e} of its terms "
-                     "(near a pole of the operator)")
-    if kappa_v >= 10:
-        parts.append(f"S - e^{{z_i}} = sum_{{j != i}} (1 - p_j) e^{{z_j}} - p_i e^{{z_i}} of entry {int(entry)} "
-                     f"cancelled to {1 / kappa_v:.1e} of its terms (1 - p_i crosses 0 there)")
-    gain, gain_entry = float(cause["gain"][b]), int(cause["gain_entry"][b])
-    if gain >= 1e3:
-        parts.append(f"|e^{{z_i}} / (S - e^{{z_i}})| of entry {gain_entry} reached {gain:.1e} (an error of p_i "
-                     "is magnified that much in 1 - p_i)")
-    if not parts:
-        parts.append(f"no sum cancelled but the round is unstable (|(1 - p_i) e^{{z_i}} / S| reached {s_max:.3g})")
-    return " and ".join(parts)
 
 
 def _ws_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
