@@ -313,6 +313,22 @@ class _RoundingErrors:
                 return np.tile(x, (1, dq.shape[1], 1)) if wide else x
             return np.repeat(x, _SAMPLES).reshape(dq.shape) if wide else x[:, :, None]
 
+        # the five tables noise() would draw for err_total (one column), s err_s, c err_c, u |p| and
+        # sqrt(2) u |q|, in that order, in one draw (the generator draws them in sequence)
+        n = dq.shape[1]
+        draw = self._rng.standard_normal((4 * n + 1, _SAMPLES))
+        tables = [draw[1 + i * n : 1 + (i + 1) * n] for i in range(4)]
+        if self._rank is not None and n > 1:
+            tables = [table[self._rank] for table in tables]
+
+        def noise(size: FloatArray, table: FloatArray) -> FloatArray:
+            """What ``self.noise(size)`` returns with ``table`` as its draw."""
+            if not wide:
+                return size[:, :, None] * table
+            out = spread(size)
+            out *= table
+            return out
+
         s3 = spread(s)
         if t > 0:  # round one is softmax(z): z is exact
             ds = spread(d) * dq  # dy
@@ -320,16 +336,16 @@ class _RoundingErrors:
             ds *= s3
         else:
             ds = np.zeros_like(dq)
-        d_total = spread(self.noise(err_total))
-        loc_s = self.noise(s * err_s)
+        d_total = spread(err_total[:, :, None] * draw[:1])
+        loc_s = noise(s * err_s, tables[0])
         loc_s -= s3 * d_total
-        loc_c = self.noise(c * err_c)
+        loc_c = noise(c * err_c, tables[1])
         loc_c += spread(np.where(is_top, -c, s)) * d_total
         new_dp = dp + ds
         new_dp += loc_s
-        new_dp += self.noise(_UNIT * np.abs(p))
+        new_dp += noise(_UNIT * np.abs(p), tables[2])
         self.dp = new_dp
-        ds += self.noise(_SQRT2_UNIT * np.abs(q))
+        ds += noise(_SQRT2_UNIT * np.abs(q), tables[3])
         # the new dq: dq - loc_s where q - s was kept, else loc_c - dp; minus ds (in loc_c's buffer)
         loc_c -= dp
         np.subtract(dq, loc_s, out=loc_c, where=spread(direct))
