@@ -115,22 +115,22 @@ def _it_fast_block(
     u = _UNIT
     rows = np.arange(bsz)
     gamma_n = 1.01 * (_blocked_sum_depth(n) + 1) * u
-    dmax = 1.01 * np.max(d, axis=-1)  # >= the exact max(z) - min(z) and the computed max d
+    dmax = 1.01 * d.max(axis=-1)  # >= the exact max(z) - min(z) and the computed max d
     q_lo = np.ones(bsz)  # the smallest computed q_i
+    aq_max = np.maximum(1.0, -q_lo)  # >= max |q_i|: q_i <= 1 always
     h = np.zeros((bsz, n))  # bound on the error of q, per entry
     y, tmp, c = np.empty((bsz, n)), np.empty((bsz, n)), np.empty((bsz, n))
     q[...] = 1.0
     ep_add = np.zeros(bsz)  # the roundings of p + s and q - s, summed
     for t in range(k):
         s = s_st[:, t % s_st.shape[1]]  # one buffer when the rounds are not kept
-        aq_max = np.maximum(1.0, -q_lo)  # >= max |q_i|: q_i <= 1 always
         if t == 0:  # round one is softmax(z): z is exact
-            top = np.argmax(z, axis=-1)
+            top = z.argmax(axis=-1)
             m = z[rows, top]
             np.subtract(z, m[:, None], out=y)
         else:
             np.multiply(q, d, out=y)
-            top = np.argmax(y, axis=-1)
+            top = y.argmax(axis=-1)
             m = y[rows, top]
             y -= m[:, None]
         np.exp(y, out=y)  # in the contiguous buffer: the blocked sum reshapes it without a copy
@@ -149,17 +149,20 @@ def _it_fast_block(
         spread = dmax if t == 0 else m - np.minimum(0.0, q_lo) * dmax
         eta_1 = 1.01 * (u * spread + _EXP_ERR * u)
         eta_n = 1.01 * (np.expm1(eta_1) + gamma_n) * c_top + 2.02 * u
-        loc = np.expm1(eta_1 + eta_n) * np.exp(eta_1 + eta_n)
+        eta_1n = eta_1 + eta_n
+        loc = np.expm1(eta_1n) * np.exp(eta_1n)
         loc_top = np.expm1(eta_n) * np.exp(eta_n)
-        eta = eta_1 + eta_n + gamma_n + 2.02 * u  # the log-error of every s_i and c_i
+        eta = eta_1n + gamma_n + 2.02 * u  # the log-error of every s_i and c_i
         h_top = h[rows, top]
         if t == 0:
             np.multiply(s, loc[:, None], out=h)
             h[rows, top] = s_top * loc_top
         else:
-            big_d = 1.01 * dmax * (np.max(h, axis=-1) + 2.02 * u * aq_max)  # >= max |dy|
-            f = np.exp(6.0 * big_d + 2.0 * eta + 1.01 * (n + 16) * u)
-            eps = 1.01 * np.expm1(4.0 * big_d + 2.0 * eta) + 4.0 * u
+            big_d = 1.01 * dmax * (h.max(axis=-1) + 2.02 * u * aq_max)  # >= max |dy|
+            two_eta = 2.0 * eta
+            f = np.exp(6.0 * big_d + two_eta + 1.01 * (n + 16) * u)
+            eps = 1.01 * np.expm1(4.0 * big_d + two_eta) + 4.0 * u
+            eps_d = eps * dmax
             v = np.multiply(s, d, out=tmp)  # s_i d_i
             w_h = np.einsum("ij,ij->i", v, h)  # sum_j s_j d_j h_j
             v_top = v[rows, top]
@@ -167,32 +170,33 @@ def _it_fast_block(
                                   * (1.0 + 4.0 * u))
             rho = 2.02 * u * aq_max * dmax  # >= 2 u |q_j| d_j
             w_all = w_h + rho * np.exp(eta)  # sum_j s_j <= e^eta
-            w_rest = w_h_rest + rho * c_top * np.exp(2.0 * eta)  # sum_{j != top} s_j <= c_top e^{2 eta}
+            w_rest = w_h_rest + rho * c_top * np.exp(two_eta)  # sum_{j != top} s_j <= c_top e^{2 eta}
             # non-top entries: h (|1 - s c d| + eps max d) + s (loc + F (W + rho))
             v *= c
             np.subtract(1.0, v, out=v)
             np.abs(v, out=v)
-            v += (eps * dmax)[:, None]
+            v += eps_d[:, None]
             h *= v
             np.multiply(s, (loc + f * (w_all + rho))[:, None], out=v)
             h += v
             # the top entry: its own rho (scaled by c_top) and the sum without it
             w1_top = s_top * c_top * d[rows, top]
-            h[rows, top] = (h_top * (np.abs(1.0 - w1_top) + eps * dmax) + s_top * loc_top
+            h[rows, top] = (h_top * (np.abs(1.0 - w1_top) + eps_d) + s_top * loc_top
                             + f * s_top * (c_top * 2.02 * u * np.abs(q[rows, top]) * dmax + w_rest))
         q -= s
         p += s
-        q_lo = np.min(q, axis=-1)
+        q_lo = q.min(axis=-1)
+        aq_max = np.maximum(1.0, -q_lo)  # >= max |q_i| in the next round: q_i <= 1 always
         np.abs(q, out=tmp)
         tmp *= u
         h += tmp
-        ep_add += 1.01 * u * ((t + 1) + np.maximum(1.0, -q_lo))
+        ep_add += 1.01 * u * ((t + 1) + aq_max)
     slack = 1.0 + 64.0 * k * u
-    ep = slack * (np.max(h, axis=-1) + ep_add)
+    ep = slack * (h.max(axis=-1) + ep_add)
     h *= slack
     np.abs(q, out=tmp)
     tmp *= _FAST_Q_BOUND
-    certified = (ep <= _FAST_P_BOUND) & np.all(h <= tmp, axis=-1)
+    certified = (ep <= _FAST_P_BOUND) & (h <= tmp).all(axis=-1)
     return ep, certified
 
 

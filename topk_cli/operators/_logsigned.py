@@ -6,8 +6,10 @@ See :mod:`~topk_cli.operators.sequential` for what the error estimate is and how
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -188,6 +190,15 @@ class _RoundingErrors:
         table = self._rng.standard_normal((size.shape[1], _SAMPLES))
         return size[:, :, None] * (table[self._rank] if self._rank is not None and size.shape[1] > 1 else table)
 
+    def tables(self, widths: tuple[int, ...]) -> list[FloatArray]:
+        """The tables successive :meth:`noise` calls on sizes ``widths`` columns wide (the row's ``n``,
+        or 1 for a per-row size) would use, from one draw of the generator (it draws them in sequence)."""
+        draw = self._rng.standard_normal((sum(widths), _SAMPLES))
+        out = [draw[a:b] for a, b in itertools.pairwise(np.cumsum((0, *widths)))]
+        if self._rank is None:
+            return out
+        return [table[self._rank] if table.shape[0] > 1 else table for table in out]
+
     def close_round(self, t: int, cause: dict[str, FloatArray]) -> None:
         est = _estimate(self.dp)
         with np.errstate(invalid="ignore"):  # inf / inf: no growth
@@ -245,52 +256,34 @@ class _RoundingErrors:
         ``err_sum`` (relative, of ``S``), ``err_q`` (relative, of the new ``q``), ``err_p`` (absolute).
         Called inside the caller's ``np.errstate`` (a blown-up estimate overflows: the row is reported).
         """
-        # the four tables noise() would draw for err_u, err_sum, err_q, err_p, in that order, in one draw
+        # the tables noise() would draw for err_u, err_sum, err_q and err_p
         n = s.shape[1]
-        draw = self._rng.standard_normal((3 * n + 1, _SAMPLES))
-        sum_table = draw[n : n + 1]
-        tables = [draw[:n], draw[n + 1 : 2 * n + 1], draw[2 * n + 1 :]]
-        if self._rank is not None and n > 1:
-            tables = [table[self._rank] for table in tables]
-        # In place where a temporary would be the result (the same operations in the same order), and
-        # on large batches the (B, n) factors repeated over the samples first: numpy runs a
-        # (B, n, 1) x (B, n, 3) product as B n loops of 3, slower than one pass over a contiguous
-        # (B, n, 3) (on a few entries the extra call costs more than it saves).
-        repeat = s.size >= 256
-
-        def per_sample(x: FloatArray) -> FloatArray:
-            return np.repeat(x[:, :, None], _SAMPLES, axis=2) if repeat else x[:, :, None]
-
-        def times_table(x: FloatArray, table: FloatArray) -> FloatArray:
-            out = per_sample(x)
-            if not repeat:
-                return out * table
-            out *= table
-            return out
-
-        dq = times_table(err_u, tables[0])
+        u_table, sum_table, q_table, p_table = self.tables((n, 1, n, n))
+        # in place where a temporary would be the result (the same operations in the same order)
+        wide = s.size >= 256
+        dq = _scaled(err_u, u_table, wide)
         dq += self.dq
         dp = self.dp
-        s3 = per_sample(s)
+        s3 = _spread(s, wide)
         x = _exclusive_sum(s3 * dq)
         d_sum = err_sum[:, :, None] * sum_table
         gap = x - dp
         kept = (1.0 - s3) * dq  # (1 - s_i) dq_i
-        new_dq = np.multiply(per_sample(e_over_v), gap, out=dq)
+        new_dq = np.multiply(_spread(e_over_v, wide), gap, out=dq)
         new_dq[gap == 0] = 0.0  # an infinite gain on no error at all
         new_dq += kept
         new_dq -= d_sum
-        new_dq += times_table(err_q, tables[1])
+        new_dq += _scaled(err_q, q_table, wide)
         kept -= x
         kept -= d_sum
         kept *= s3
         kept += dp
-        kept += times_table(err_p, tables[2])
+        kept += _scaled(err_p, p_table, wide)
         self.dq, self.dp = new_dq, kept
 
     def iterative_round(
         self, t: int, d: FloatArray, s: FloatArray, c: FloatArray,
-        local: tuple[FloatArray, FloatArray, FloatArray, FloatArray], direct: NDArray[np.bool_], p: FloatArray,
+        local: tuple[FloatArray, FloatArray, FloatArray, NDArray[np.bool_]], direct: NDArray[np.bool_], p: FloatArray,
         q: FloatArray,
     ) -> None:
         """One round: ``y = q d``, ``s = softmax(y)``, ``p <- p + s``, ``q <- q - s`` or ``c - p``.
@@ -301,18 +294,60 @@ class _RoundingErrors:
         """
         err_s, err_c, err_total, is_top = local
         dq, dp = self.dq, self.dp
-        s3 = s[:, :, None]
+        wide = dq.size >= 4096
+        n = dq.shape[1]
+
+        def spread(x: NDArray[Any]) -> NDArray[Any]:
+            return _spread(x, wide, n)
+
+        # the tables noise() would draw for err_total, s err_s, c err_c, u |p| and sqrt(2) u |q|
+        total_table, *tables = self.tables((1, n, n, n, n))
+
+        def noise(size: FloatArray, table: FloatArray) -> FloatArray:
+            return _scaled(size, table, wide)
+
+        s3 = spread(s)
         if t > 0:  # round one is softmax(z): z is exact
-            dy = d[:, :, None] * dq
-            ds = s3 * (dy - np.sum(s3 * dy, axis=1, keepdims=True))
+            ds = spread(d) * dq  # dy
+            ds -= spread((s3 * ds).sum(axis=1, keepdims=True))
+            ds *= s3
         else:
             ds = np.zeros_like(dq)
-        d_total = self.noise(err_total)
-        loc_s = self.noise(s * err_s) - s3 * d_total
-        loc_c = self.noise(c * err_c) + np.where(is_top > 0, -c, s)[:, :, None] * d_total
-        self.dp = dp + ds + loc_s + self.noise(_UNIT * np.abs(p))
-        ds += self.noise(_SQRT2_UNIT * np.abs(q))
-        self.dq = np.where(direct[:, :, None], dq - loc_s, loc_c - dp) - ds
+        d_total = spread(err_total[:, :, None] * total_table)
+        loc_s = noise(s * err_s, tables[0])
+        loc_s -= s3 * d_total
+        loc_c = noise(c * err_c, tables[1])
+        loc_c += spread(np.where(is_top, -c, s)) * d_total
+        new_dp = dp + ds
+        new_dp += loc_s
+        new_dp += noise(_UNIT * np.abs(p), tables[2])
+        self.dp = new_dp
+        ds += noise(_SQRT2_UNIT * np.abs(q), tables[3])
+        # the new dq: dq - loc_s where q - s was kept, else loc_c - dp; minus ds (in loc_c's buffer)
+        loc_c -= dp
+        np.subtract(dq, loc_s, out=loc_c, where=spread(direct))
+        loc_c -= ds
+        self.dq = loc_c
+
+
+def _spread(x: NDArray[Any], wide: bool, n: int = 1) -> NDArray[Any]:
+    """``x`` (``(B, n)``, or ``(B, 1, _SAMPLES)`` repeated ``n`` times) as an operand of a
+    ``(B, n, _SAMPLES)`` product of the error model. Every such product is elementwise, so its bits do
+    not depend on the operands' layout; on large arrays (``wide``) they are laid out in full first:
+    numpy broadcasts a ``(B, n, 1)`` operand with an inner loop of ``_SAMPLES`` entries, several times
+    slower than a pass over a contiguous array (on a few entries the extra call costs more than it saves)."""
+    if x.ndim == 3:
+        return np.tile(x, (1, n, 1)) if wide else x
+    return np.repeat(x, _SAMPLES).reshape(*x.shape, _SAMPLES) if wide else x[:, :, None]
+
+
+def _scaled(size: FloatArray, table: FloatArray, wide: bool) -> FloatArray:
+    """What :meth:`_RoundingErrors.noise` returns for ``size`` with ``table`` as its draw."""
+    if not wide:
+        return size[:, :, None] * table
+    out = _spread(size, wide)
+    out *= table
+    return out
 
 
 def _rnd(result: FloatArray, *operands: FloatArray) -> FloatArray:

@@ -14,7 +14,6 @@ from topk_cli.operators._logsigned import (
     _UNIT,
     _checked,
     _exclusive_sum,
-    _finite,
     _lse_added,
     _rnd_log,
     _RoundingErrors,
@@ -107,40 +106,54 @@ def _it_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, Floa
 
 def _it_faithful(z: FloatArray, k: int) -> Forward:
     """The faithful computation (``1 - p`` from exclusive log-sums, running error estimate)."""
+    rows = np.arange(z.shape[0])
     masked = np.isneginf(z)
-    zmin = np.min(np.where(masked, np.inf, z), axis=-1, keepdims=True)
-    d = np.where(masked, _NEG_INF, z - zmin)
+    any_masked = bool(masked.any())
+    z_up = np.where(masked, np.inf, z) if any_masked else z
+    d = z - z_up.min(axis=-1, keepdims=True)  # z - min z, 0 on masked entries
+    if any_masked:
+        d[masked] = 0.0
     p, q = np.zeros_like(z), np.ones_like(z)
     s_steps, ctop_steps, top_steps, q_steps = [], [], [], []
     err = _RoundingErrors(z)
-    d_live = np.where(masked, 0.0, d)
-    for t in range(k):
-        y = z if t == 0 else np.where(masked, _NEG_INF, q * d)
-        s, c, local = _it_softmax(y, masked)
-        s_steps.append(s)
-        top = np.argmax(s, axis=-1)
-        top_steps.append(top)
-        ctop_steps.append(c[np.arange(z.shape[0]), top])
-        q_steps.append(q)
-        # q - s and c - p are equal in exact arithmetic; keep the one with the smaller error bound
-        direct = np.abs(q) + s <= c + np.abs(p)
-        q = np.where(direct, q - s, c - p)
-        p = p + s
-        err.iterative_round(t, d_live, s, c, local, direct, p, q)
-        slope = s * c * d_live  # d s_i / d q_i
-        err.close_round(t, {"slope": np.max(slope, axis=-1), "entry": np.argmax(slope, axis=-1).astype(np.float64)})
-    fwd = Forward(p=np.where(masked, 0.0, p), q=np.where(masked, 1.0, q))
+    # -inf - -inf and log 0 on masked entries, empty sums and saturated rows (handled by the wheres);
+    # overflow and NaN in the error arrays of a row that blew up (its estimate is inf: refused)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for t in range(k):
+            if t == 0:
+                y = z
+            else:
+                y = q * d
+                if any_masked:
+                    y[masked] = _NEG_INF
+            s, c, local = _it_softmax(y, masked)
+            s_steps.append(s)
+            top = s.argmax(axis=-1)
+            top_steps.append(top)
+            ctop_steps.append(c[rows, top])
+            q_steps.append(q)
+            # q - s and c - p are equal in exact arithmetic; keep the one with the smaller error bound
+            bound_q, bound_c = np.abs(q), np.abs(p)
+            bound_q += s
+            bound_c += c
+            direct = bound_q <= bound_c
+            q = np.subtract(c, p, out=bound_c)
+            np.subtract(q_steps[-1], s, out=q, where=direct)
+            p += s
+            err.iterative_round(t, d, s, c, local, direct, p, q)
+            slope = s * c
+            slope *= d  # d s_i / d q_i
+            err.close_round(t, {"slope": slope.max(axis=-1), "entry": slope.argmax(axis=-1).astype(np.float64)})
+    fwd = Forward(p=np.where(masked, 0.0, p), q=np.where(masked, 1.0, q)) if any_masked else Forward(p=p, q=q)
     fwd.aux = {
         "s": np.stack(s_steps, axis=1), "q": np.stack(q_steps, axis=1),
         "ctop": np.stack(ctop_steps, axis=1), "top": np.stack(top_steps, axis=1).astype(np.float64),
-        "d": np.where(masked, 0.0, d), "qlast": fwd.q,
-        "argmin": np.argmin(np.where(masked, np.inf, z), axis=-1).astype(np.float64),
-        "fast": np.zeros(z.shape[0]),
+        "d": d, "qlast": fwd.q, "argmin": np.argmin(z_up, axis=-1).astype(np.float64), "fast": np.zeros(z.shape[0]),
     }
     err.report(fwd, z, "iterative", lambda b: (
         f"the round's slope d s_i / d(1 - p_i) = s_i (1 - s_i) (z_i - min z) reached {err.cause['slope'][b]:.3g} "
         f"(entry {int(err.cause['entry'][b])})"
-    ), floor=_tie_split(z, np.where(masked, 0.0, p), np.where(masked, 1.0, q)))
+    ), floor=_tie_split(z, fwd.p, fwd.q))
     return fwd
 
 
@@ -152,26 +165,35 @@ def _lse_exclusive_symmetric(a: FloatArray) -> tuple[FloatArray, NDArray[np.bool
     (there the subtraction would cancel), never for the argmax as such. At most one entry can hold
     that much, even after rounding, so it is never one of tied entries: exactly equal ``a_i`` get bitwise equal
     results. (Picking the argmax among tied maxima gave that one entry a differently rounded
-    ``1 - s``, which split exact ties; see :func:`_it_softmax`.)
+    ``1 - s``, which split exact ties; see :func:`_it_softmax`.) The caller ignores the divide and
+    invalid warnings of ``-inf`` entries and empty rows.
     """
     total = logsumexp(a)[..., None]
-    with np.errstate(divide="ignore", invalid="ignore"):  # -inf entries and empty rows
-        ratio = np.exp(a - np.where(np.isfinite(total), total, 0.0))
-        out = total + np.log1p(-np.minimum(ratio, 1.0))
+    finite = np.isfinite(total)
+    every = finite.all()
+    ratio = np.exp(a - total if every else a - np.where(finite, total, 0.0))
+    out = np.minimum(ratio, 1.0)
+    np.negative(out, out=out)
+    np.log1p(out, out=out)
+    out += total
     # 3/4, not 1/2: two tied maxima each hold half of the total, and the rounded ratio can exceed
     # 1/2 for both; above 3/4 only one entry fits, by a wide margin (below it, log1p(-ratio) is
     # conditioned by at most 4)
     dom = ratio > 0.75
-    rest = logsumexp(np.where(dom, _NEG_INF, a))[..., None]
-    out = np.where(dom, rest, out)
-    return np.where(np.isfinite(total), out, _NEG_INF), dom & np.isfinite(total)
+    if dom.any():  # such an entry's sum without it, summed directly
+        np.copyto(out, logsumexp(np.where(dom, _NEG_INF, a))[..., None], where=dom)
+    if not every:
+        dom &= finite
+        out[~finite[..., 0]] = _NEG_INF
+    return out, dom
 
 
 def _it_softmax(
     y: FloatArray, masked: NDArray[np.bool_]
-) -> tuple[FloatArray, FloatArray, tuple[FloatArray, FloatArray, FloatArray, FloatArray]]:
+) -> tuple[FloatArray, FloatArray, tuple[FloatArray, FloatArray, FloatArray, NDArray[np.bool_]]]:
     """``s = softmax(y) = exp(y - T)`` and ``c = 1 - s = exp(lc - T)`` without cancellation
     (``T = logsumexp(y)``, ``lc`` the exclusive log-sum), with their local rounding errors.
+    ``y`` is ``-inf`` on the masked entries.
 
     Exactly equal ``y`` give bitwise equal ``s`` and ``c``, hence equal ``p``, ``q`` and next
     ``y``: every operation is elementwise or row-wide, and the exclusive sum is summed directly
@@ -187,38 +209,58 @@ def _it_softmax(
     s = np.exp(y - total)
     lc, dom = _lse_exclusive_symmetric(y)
     c = np.exp(lc - total)
-    y_live = np.where(masked, 0.0, y)
-    return s, c, _it_local_errors(y_live, total, lc, s, c, masked, dom)
+    return s, c, _it_local_errors(y, total, lc, s, c, masked, dom)
 
 
 def _it_local_errors(
     y: FloatArray, total: FloatArray, lc: FloatArray, s: FloatArray, c: FloatArray, masked: NDArray[np.bool_],
     dom: NDArray[np.bool_],
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Rounding errors of ``s = exp(y - T)`` and ``c = exp(lc - T)``, ``T = logsumexp(y)``.
+) -> tuple[FloatArray, FloatArray, FloatArray, NDArray[np.bool_]]:
+    """Rounding errors of ``s = exp(y - T)`` and ``c = exp(lc - T)``, ``T = logsumexp(y)``
+    (``y`` is ``-inf`` on the masked entries, whose errors are 0).
 
     Returns the relative errors of ``s`` and ``c`` of each entry, the error of ``T`` (common to
-    the row: it scales every ``s_i`` by ``1 - dT``) and, as 1.0, the entry whose exclusive sum
+    the row: it scales every ``s_i`` by ``1 - dT``) and, as True, the entry whose exclusive sum
     was summed directly (``dom``: more than 3/4 of the total; none when the maximum is tied).
     ``T = max y + L`` is rounded by ``min(u |T|, L)`` (``L = -log s_top``, exact from
     ``c_top``); ``lc_i = T + log(1 - s_i)`` by ``min(u |T|, |log(1 - s_i)|)``, so that
     ``c_i = 1 - s_i`` inherits the error of ``s_i`` but not ``dT`` itself, except for the ``dom``
     entry, whose exclusive sum is summed directly around the second largest ``y``; each
-    exponential adds ``u (1 + |argument|)``.
+    exponential adds ``u (1 + |argument|)``. The caller ignores the warnings of masked entries
+    and of ``s = 1`` (``log 0``, bounded by the min below).
     """
-    y_max = np.where(masked, _NEG_INF, y)
-    top = np.argmax(y_max, axis=-1)[:, None]
-    lead = -np.log1p(-np.take_along_axis(c, top, axis=-1))
-    err_total = np.minimum(_UNIT * np.abs(total), lead)
-    err_s = _UNIT * (1.0 + np.abs(y - total))
-    with np.errstate(divide="ignore"):  # s = 1: log 0 (bounded by the min below)
-        l1p = np.abs(np.log1p(-np.minimum(s, 1.0)))
-    err_lc = np.minimum(_UNIT * np.abs(total), l1p)
-    np.put_along_axis(y_max, top, _NEG_INF, axis=-1)
-    _, added_rest = _lse_added(y_max)
-    err_lc = np.where(dom, _rnd_log(lc, added_rest), err_lc)
-    err_c = _UNIT * (1.0 + np.abs(np.where(masked, 0.0, _finite(lc) - total))) + err_lc
-    return np.where(masked, 0.0, err_s), np.where(masked, 0.0, err_c), err_total, dom.astype(np.float64)
+    rows = np.arange(y.shape[0])
+    top = y.argmax(axis=-1)
+    lead = np.negative(c[rows, top])
+    np.log1p(lead, out=lead)
+    np.negative(lead, out=lead)
+    u_total = np.abs(total)
+    u_total *= _UNIT
+    err_total = np.minimum(u_total, lead[:, None])
+    err_s = y - total
+    np.abs(err_s, out=err_s)
+    err_s += 1.0
+    err_s *= _UNIT
+    err_lc = np.minimum(s, 1.0)
+    np.negative(err_lc, out=err_lc)
+    np.log1p(err_lc, out=err_lc)
+    np.abs(err_lc, out=err_lc)
+    np.minimum(u_total, err_lc, out=err_lc)
+    if dom.any():  # the top entry was summed directly (in the rows that have such an entry)
+        rest = y.copy()
+        rest[rows, top] = _NEG_INF
+        np.copyto(err_lc, _rnd_log(lc, _lse_added(rest)[1]), where=dom)
+    err_c = np.isfinite(lc)
+    err_c = np.where(err_c, lc, 0.0)
+    err_c -= total
+    np.abs(err_c, out=err_c)
+    err_c += 1.0
+    err_c *= _UNIT
+    err_c += err_lc
+    if masked.any():
+        err_s[masked] = 0.0
+        err_c[masked] = 0.0
+    return err_s, err_c, err_total, dom
 
 
 def _tie_split(z: FloatArray, p: FloatArray, q: FloatArray) -> FloatArray:
