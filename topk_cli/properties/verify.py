@@ -15,6 +15,7 @@ from topk_cli.operators._base import FloatArray
 from topk_cli.properties.checks import CHECKS
 from topk_cli.properties.evaluator import Evaluator
 from topk_cli.properties.results import (
+    _POLE_CODES,
     PROPERTIES,
     SUITE_OFFSETS,
     SUITE_SIZES,
@@ -122,15 +123,21 @@ def _check_method(unit: tuple[str, tuple[str, ...], tuple[Case, ...]]) -> list[P
     return [CHECKS[prop](name, cases, evaluator=evaluator) for prop in props]
 
 
-# Rough CPU seconds of one method's checks on the default suite, by family (measured once; the
-# threshold, gradient and baseline families take 0.6-1 s). A scheduling estimate only: with
-# several jobs the slow methods start first so that no core idles at the end; results never
-# depend on it.
-_FAMILY_COST = {"iterative": 5.0, "perturbed": 2.7, "optimal-transport": 1.4}
-
-
 def _unit_cost(unit: tuple[str, tuple[str, ...], tuple[Case, ...]]) -> float:
-    return _FAMILY_COST.get(get_method(unit[0]).family, 0.8)
+    """Rough CPU seconds of one method's checks on the default suite (measured once, by kind).
+
+    A scheduling estimate only: with several jobs the slow methods start first so that no core
+    idles at the end; results never depend on it. Methods refused near poles run long
+    extended-precision rounds (and the smoothness check probes their poles), a Monte-Carlo
+    estimate draws samples, a method with solver parameters iterates; the closed forms and
+    bisections take 0.6-1 s.
+    """
+    spec = get_method(unit[0])
+    if any(f.code in _POLE_CODES for f in spec.failures):
+        return 5.0
+    if spec.capabilities.monte_carlo:
+        return 2.7
+    return 1.4 if spec.parameters else 0.8
 
 
 def verify_properties(
