@@ -372,13 +372,15 @@ def f_exp(t: FloatArray) -> FloatArray:
 
 def f_sigmoid(t: FloatArray) -> FloatArray:
     """The logistic sigmoid, without overflow."""
-    e = np.exp(-np.abs(t))
-    return np.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    e = np.exp(np.copysign(t, -1.0))  # e^{-|t|}
+    d = e + 1.0
+    return np.where(t >= 0, 1.0 / d, np.divide(e, d, out=e))
 
 
 def f_laplace(t: FloatArray) -> FloatArray:
     """The Laplace CDF ``1 - e^{-t}/2`` (t >= 0), ``e^t/2`` (t < 0)."""
-    half = 0.5 * np.exp(-np.abs(t))
+    half = np.exp(np.copysign(t, -1.0))  # e^{-|t|}
+    half *= 0.5
     return np.where(t >= 0, 1.0 - half, half)
 
 

@@ -70,8 +70,7 @@ class Marginals:
 def _sigmoid_pair(t: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(sigmoid(t), sigmoid(-t))``, both relatively accurate, from one ``exp(-|t|)``."""
     with np.errstate(under="ignore", invalid="ignore"):  # e = 0 far away; t = -inf masked
-        e = np.abs(t)
-        np.negative(e, out=e)
+        e = np.copysign(t, -1.0)  # -|t|, in one pass
         np.exp(e, out=e)
         r = np.add(e, 1.0)
         np.reciprocal(r, out=r)

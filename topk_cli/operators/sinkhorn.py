@@ -81,7 +81,7 @@ def _sigmoid_pair(t: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(sigmoid(t), sigmoid(-t))``, each to a few ulps (no ``1 - x``), from one ``exp`` per
     entry; ``t`` is overwritten."""
     pos = t >= 0
-    e = np.exp(np.negative(np.abs(t, out=t), out=t), out=t)  # t = -inf (masked): e = 0
+    e = np.exp(np.copysign(t, -1.0, out=t), out=t)  # e^{-|t|}; t = -inf (masked): e = 0
     d = np.add(e, 1.0)
     u = np.divide(1.0, d)
     v = np.divide(e, d, out=e)
