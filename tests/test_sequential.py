@@ -498,7 +498,7 @@ def test_a_split_tie_is_flagged_not_returned(monkeypatch: pytest.MonkeyPatch) ->
     # the estimate must refuse the row the error model alone returned as "ok"
     from topk_cli.operators._logspace import logsumexp_exclusive
 
-    def asymmetric(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def asymmetric(a: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         dom = np.zeros(a.shape, dtype=bool)
         np.put_along_axis(dom, np.argmax(a, axis=-1)[:, None], True, axis=-1)
         return logsumexp_exclusive(a), dom

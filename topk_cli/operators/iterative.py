@@ -157,8 +157,9 @@ def _it_faithful(z: FloatArray, k: int) -> Forward:
     return fwd
 
 
-def _lse_exclusive_symmetric(a: FloatArray) -> tuple[FloatArray, NDArray[np.bool_]]:
-    """``log sum_{j != i} e^{a_j}`` along the last axis, and the entries summed directly.
+def _lse_exclusive_symmetric(a: FloatArray, total: FloatArray) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """``log sum_{j != i} e^{a_j}`` along the last axis, and the entries summed directly;
+    ``total`` is ``logsumexp(a)`` with a trailing axis of 1 (the caller has it already).
 
     Like :func:`~topk_cli.operators._logspace.logsumexp_exclusive` (``total + log1p(-ratio)``),
     but the exclusive sum is summed directly only for an entry holding more than 3/4 of the total
@@ -168,7 +169,6 @@ def _lse_exclusive_symmetric(a: FloatArray) -> tuple[FloatArray, NDArray[np.bool
     ``1 - s``, which split exact ties; see :func:`_it_softmax`.) The caller ignores the divide and
     invalid warnings of ``-inf`` entries and empty rows.
     """
-    total = logsumexp(a)[..., None]
     finite = np.isfinite(total)
     every = finite.all()
     ratio = np.exp(a - total if every else a - np.where(finite, total, 0.0))
@@ -207,7 +207,7 @@ def _it_softmax(
     """
     total = logsumexp(y)[:, None]
     s = np.exp(y - total)
-    lc, dom = _lse_exclusive_symmetric(y)
+    lc, dom = _lse_exclusive_symmetric(y, total)
     c = np.exp(lc - total)
     return s, c, _it_local_errors(y, total, lc, s, c, masked, dom)
 
