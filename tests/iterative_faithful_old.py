@@ -21,12 +21,16 @@ from topk_cli.operators._logsigned import (
     _NEG_INF,
     _SQRT2_UNIT,
     _UNIT,
-    _finite,
     _lse_added,
     _rnd_log,
     _RoundingErrors,
 )
 from topk_cli.operators._logspace import logsumexp
+
+
+def _finite(x: FloatArray) -> FloatArray:
+    """``x`` with the infinite entries (masked entries, empty log-sums) replaced by 0 (copied verbatim)."""
+    return np.where(np.isfinite(x), x, 0.0)
 
 
 def _it_faithful(z: FloatArray, k: int) -> Forward:

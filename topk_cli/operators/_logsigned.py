@@ -133,11 +133,6 @@ def _nan_to_num(x: FloatArray, nan: float) -> FloatArray:
     return np.where(np.isnan(x), nan, np.minimum(np.maximum(x, -_LARGEST), _LARGEST))
 
 
-def _finite(x: FloatArray) -> FloatArray:
-    """``x`` with the infinite entries (masked entries, empty log-sums) replaced by 0."""
-    return np.where(np.isfinite(x), x, 0.0)
-
-
 def _estimate(dp: FloatArray) -> FloatArray:
     """``_SAFETY`` times the largest RMS (over the samples) of the entries' errors, per row; inf
     for a row whose propagated errors overflowed."""
@@ -350,15 +345,6 @@ def _scaled(size: FloatArray, table: FloatArray, wide: bool) -> FloatArray:
     return out
 
 
-def _rnd(result: FloatArray, *operands: FloatArray) -> FloatArray:
-    """Rounding error of a float64 sum of ``operands``: at most ``u |result|``, and never more than
-    the smallest operand (each operand is a float as close to the sum as that); 0 if infinite."""
-    bound = _UNIT * np.abs(result)
-    for x in operands:
-        bound = np.minimum(bound, np.abs(x))
-    return np.where(np.isfinite(result), bound, 0.0)
-
-
 def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
     """Rounding error of ``result = base + added`` (a log-sum: ``added`` is the ``log(...)`` term,
     computed to ``u`` before it is added): ``min(u |result|, |added|) + u``.
@@ -366,10 +352,10 @@ def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
     ``added`` must be the term itself, not ``result - base``: when it is below half an ulp of
     ``base`` (``log 2`` beside ``|base| = 1e20``), ``result == base`` and the whole term is the
     error, which ``result - base = 0`` would hide (tied entries at ``tau = 1e-20`` lost their factor
-    2 that way, silently).
+    2 that way, silently). Called inside the round's ``np.errstate`` (an infinite ``result`` is masked).
     """
-    with np.errstate(invalid="ignore"):  # inf added to an empty sum: masked by isfinite
-        bound = np.minimum(_UNIT * np.abs(result), np.abs(np.where(np.isfinite(added), added, 0.0))) + _UNIT
+    bound = np.minimum(_UNIT * np.abs(result), np.abs(np.where(np.isfinite(added), added, 0.0)))
+    bound += _UNIT
     return np.where(np.isfinite(result), bound, 0.0)
 
 
@@ -381,12 +367,6 @@ def _lse_added(parts: FloatArray) -> tuple[FloatArray, FloatArray]:
     with np.errstate(divide="ignore"):  # empty sums: log 0
         added = np.log(np.sum(np.exp(parts - safe), axis=-1, keepdims=True))
     return top, np.where(np.isfinite(top), added, 0.0)
-
-
-def _slog(x: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(sign, log|x|)`` of linear values (``log 0 = -inf``)."""
-    with np.errstate(divide="ignore"):  # log 0 = -inf: an exact zero
-        return np.sign(x), np.log(np.abs(x))
 
 
 def _slog_sum(sign: FloatArray, log_abs: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:

@@ -25,6 +25,7 @@ from topk_cli.operators._logsigned import (
     _failed,
     _log_diff,
     _nan_to_num,
+    _rnd_log,
     _RoundingErrors,
     _to_linear,
 )
@@ -33,17 +34,10 @@ from topk_cli.operators._logsigned import (
 _SIGNS = np.array([1.0, -1.0])[:, None, None]
 
 
-def _rnd_log(result: FloatArray, added: FloatArray) -> FloatArray:
-    """:func:`~topk_cli.operators._logsigned._rnd_log` (the same operations) inside the caller's errstate."""
-    bound = np.abs(np.where(np.isfinite(added), added, 0.0))
-    np.minimum(_UNIT * np.abs(result), bound, out=bound)
-    bound += _UNIT
-    return np.where(np.isfinite(result), bound, 0.0)
-
-
 def _rnd_abs(abs_result: FloatArray, finite: FloatArray, *abs_operands: FloatArray) -> FloatArray:
-    """:func:`~topk_cli.operators._logsigned._rnd` (the same operations) from the magnitudes of the
-    result and operands and whether the result is finite."""
+    """Rounding error of a float64 sum, from the magnitudes of the result and its operands and whether
+    the result is finite: at most ``u |result|``, and never more than the smallest operand (each operand
+    is a float as close to the sum as that); 0 if the result is infinite."""
     bound = _UNIT * abs_result
     for x in abs_operands:
         np.minimum(bound, x, out=bound)
@@ -210,7 +204,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             # forms it (log u = log q + z, then - m); the relative error of the new q_i (the log-sums
             # making V_i = P_i - N_i, amplified by the cancellation (P_i + N_i) / |V_i|, then
             # log f = log V - log S and log q + log f); the absolute error of the new p_i (log s_i, the
-            # signed add). Every log-space operation is charged by _rnd or _rnd_log: u times the
+            # signed add). Every log-space operation is charged by _rnd_abs or _rnd_log: u times the
             # magnitude of the log, unless what was added is smaller (then the sum is nearly exact).
             # (Each |.| is formed once: _rnd_abs takes magnitudes.)
             fin_a = np.isfinite(a)
