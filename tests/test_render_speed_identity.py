@@ -38,7 +38,7 @@ def _tables() -> list[RenderableType]:
     for i, style in enumerate(("green", "bold red", "", "yellow", "dark_orange")):
         styled.add_row(
             f"{10.0 ** i:.3g}", Text(f"░░{i:>3d}", style=style), Text("x" * i + "  ", style=style or "blue"),
-            "" if i == 2 else f"v {i} ",
+            "" if i == 2 else Text(f"v {i}" * i, style="cyan") if i % 2 else f"v {i} ",
         )
     boxed = Table(title="A boxed table with a title wider than the table itself", title_justify="left")
     for name in ("method", "n", "words with spaces in a rather long cell"):
