@@ -38,7 +38,7 @@ def _tables() -> list[RenderableType]:
     for i, style in enumerate(("green", "bold red", "", "yellow", "dark_orange")):
         styled.add_row(
             f"{10.0 ** i:.3g}", Text(f"░░{i:>3d}", style=style), Text("x" * i + "  ", style=style or "blue"),
-            "" if i == 2 else Text(f"v {i}" * i, style="cyan") if i % 2 else f"v {i} ",
+            "" if i == 2 else Text(f"v {i}" * i, style="cyan") if i % 2 else f"v\r {i}\a ",  # rich drops \r, \a
         )
     boxed = Table(title="A boxed table with a title wider than the table itself", title_justify="left")
     for name in ("method", "n", "words with spaces in a rather long cell"):
@@ -68,11 +68,12 @@ def test_stacking_is_taken_and_refused_where_it_must_be() -> None:
     sectioned.add_row("1", end_section=True)
     sectioned.add_row("2")
     assert common._stacked(sectioned, fitted=False) is sectioned
-    multiline = Table()
-    multiline.add_column("a")
-    multiline.add_row("1\n2")
-    multiline.add_row("3")
-    assert common._stacked(multiline, fitted=False) is multiline
+    for two_lines in ("1\n2", "1\n", "1\u20282", Text("1\n2"), Text("1", justify="right")):
+        table = Table()
+        table.add_column("a")
+        table.add_row(two_lines)
+        table.add_row("3")
+        assert common._stacked(table, fitted=False) is table
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.control import strip_control_codes
 from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
@@ -161,11 +162,19 @@ def _stacked(item: RenderableType, *, fitted: bool) -> RenderableType:
 
 
 def _one_line(cell: RenderableType) -> bool:
-    if isinstance(cell, Text):
-        plain = cell.plain
-        settings = (cell.justify, cell.overflow, cell.no_wrap, cell.tab_size)
-        return not cell.spans and cell.end == "\n" and settings == (None, None, None, None) and _one_line(plain)
-    return isinstance(cell, str) and "\n" not in cell and "\t" not in cell
+    if type(cell) is Text:
+        settings = (cell.justify, cell.overflow, cell.no_wrap, cell.tab_size, cell.spans, cell.end)
+        if settings != (None, None, None, None, [], "\n"):
+            return False
+    elif type(cell) is not str:
+        return False
+    plain = _plain(cell)
+    return "\t" not in plain and plain.splitlines() in ([], [plain])
+
+
+def _plain(cell: str | Text) -> str:
+    """The characters rich prints of a text cell (it drops control codes such as carriage returns)."""
+    return cell.plain if isinstance(cell, Text) else strip_control_codes(cell)
 
 
 class _StackedCells:
@@ -177,7 +186,7 @@ class _StackedCells:
     """
 
     def __init__(self, cells: list[str | Text]) -> None:
-        self._lines = [(c.plain, c.style) if isinstance(c, Text) else (c, "") for c in cells]
+        self._lines = [(_plain(c), c.style if isinstance(c, Text) else "") for c in cells]
         widths = [cell_len(line) for line, _ in self._lines]
         words = [max((cell_len(w) for w in line.split()), default=n) for (line, _), n in zip(self._lines, widths, strict=True)]
         self._measurement = Measurement(max(words, default=0), max(widths, default=0))
@@ -204,7 +213,7 @@ class _StackedCells:
 
 def _cell_width(console: Console, cell: RenderableType) -> int:
     if type(cell) in (str, Text):  # what rich measures of text, without building and measuring a Text
-        lines = str(cell).splitlines()
+        lines = _plain(cell).splitlines()  # type: ignore[arg-type]
         return min(max((cell_len(line) for line in lines), default=0), _NATURAL_MAX)
     return Measurement.get(console, console.options.update(width=_NATURAL_MAX), cell).maximum
 
