@@ -71,12 +71,28 @@ def _row_noise(fin: np.ndarray, noise: FloatArray) -> FloatArray:
     return np.where(fin[:, None, :], np.transpose(noise[np.maximum(rank, 0)], (0, 2, 1)), 0.0)
 
 
-def _hard(w: FloatArray, k: int) -> FloatArray:
-    """``T_k`` of every ``(..., n)`` slice of ``w`` (ties have probability 0 under the noise)."""
-    out = np.zeros(w.shape)
-    idx = np.argpartition(-w, k - 1, axis=-1)[..., :k]
-    np.put_along_axis(out, idx, 1.0, axis=-1)
+def _mark(neg: FloatArray, k: int, out: np.ndarray) -> np.ndarray:
+    """Set ``out`` (C-contiguous, all False or 0, shape of ``neg``) to 1 at the ``k`` entries of every
+    ``(..., n)`` slice of ``neg`` that ``argpartition(neg, k - 1)`` puts first: ``T_k(-neg)``.
+
+    ``neg`` is the negated perturbed score, formed as ``-z - Z`` (or ``Z - z``), which is exactly
+    ``-(z + Z)`` (``-(z - Z)``): IEEE rounding is symmetric, so the selection is the one
+    ``argpartition(-(z + Z))`` makes, ties included, without a negated copy.
+    """
+    n = neg.shape[-1]
+    if k == n:  # every entry is selected, whichever order argpartition would give
+        out.fill(1)
+        return out
+    idx = np.argpartition(neg, k - 1, axis=-1)[..., :k]
+    rows = np.arange(0, out.size, n).reshape((*neg.shape[:-1], 1))
+    out.reshape(-1)[idx + rows] = 1
     return out
+
+
+def _hard(neg: FloatArray, k: int) -> FloatArray:
+    """``T_k(-neg)`` of every ``(..., n)`` slice of the negated scores ``neg``, as 0/1 floats
+    (ties have probability 0 under the noise)."""
+    return _mark(neg, k, np.zeros(neg.shape))
 
 
 def _blocks(b: int, pairs: int, n: int) -> list[slice]:
@@ -86,9 +102,26 @@ def _blocks(b: int, pairs: int, n: int) -> list[slice]:
 
 def _pairs(z: FloatArray, k: int, noise: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(T_k(z + Z), T_k(z - Z))`` for a block of rows and its ``(rows, pairs, n)`` noise."""
-    plus = _hard(z[:, None, :] + noise, k)  # masked entries stay -inf (their noise is 0)
-    minus = _hard(z[:, None, :] - noise, k)
+    zb = z[:, None, :]
+    plus = _hard(-zb - noise, k)  # masked entries stay -inf (their noise is 0): +inf here
+    minus = _hard(noise - zb, k)
     return plus, minus
+
+
+def _top_sum(neg: FloatArray, sel: np.ndarray, z: FloatArray, noise: FloatArray, sign: float) -> FloatArray:
+    """``sum_i T_k(z + sign Z)_i (z_i + sign Z_i)`` per ``(row, pair)`` from the negated scores.
+
+    Summing the negated selected scores (same positions, same pairwise order) gives exactly minus
+    the sum of the scores, except that an exact 0 may carry the other sign: those rows are
+    summed again as the scores themselves, so the result is bit for bit ``np.where(sel, z + sign
+    Z, 0).sum(axis=-1)`` (``z`` read as 0 on masked entries, which are never selected).
+    """
+    top = np.negative(np.where(sel, neg, 0.0).sum(axis=2))
+    zero = top == 0.0
+    if zero.any():
+        zf = np.where(np.isfinite(z), z, 0.0)[:, None, :]
+        top[zero] = np.where(sel, zf + sign * noise, 0.0).sum(axis=2)[zero]
+    return top
 
 
 def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
@@ -115,19 +148,32 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
     q = np.empty((b, n))
     se = np.empty((b, n))
     potential = np.empty(b)
+    rse = np.sqrt(pairs)
     for blk in _blocks(b, pairs, n):
         zb = z[blk]
-        nb = _row_noise(fin_all[blk], noise)
-        plus, minus = _pairs(zb, k, nb)
-        obs = 0.5 * (plus + minus)  # one independent observation per pair, values 0, 1/2, 1
-        p[blk] = obs.mean(axis=1)
-        q[blk] = (1.0 - obs).mean(axis=1)
-        se[blk] = np.where(fin_all[blk], np.maximum(obs.std(axis=1, ddof=1) / np.sqrt(pairs), 1.0 / pairs), 0.0)
+        fb = fin_all[blk]
+        # all entries unmasked: every row's noise is the (pairs, n) transpose of ``noise`` itself
+        nb = np.ascontiguousarray(noise.T)[None] if fb.all() else _row_noise(fb, noise)
+        neg_plus = -zb[:, None, :] - nb  # -(z + Z) exactly; masked entries +inf
+        neg_minus = nb - zb[:, None, :]  # -(z - Z) exactly
+        sel = np.zeros((2, *neg_plus.shape), dtype=np.uint8)
+        _mark(neg_plus, k, sel[0])
+        _mark(neg_minus, k, sel[1])
+        count = np.add(sel[0], sel[1])  # 2 * observation: values 0, 1, 2
+        # sums of 0, 1/2, 1 over pairs are exact in any order: numpy's mean is sum / pairs
+        half = 0.5 * count.sum(axis=1)
+        p[blk] = pb = half / pairs
+        q[blk] = (pairs - half) / pairs
+        # obs.std(axis=1, ddof=1) step by step as numpy computes it (the sum of squares is not
+        # order-free): deviations from the mean, squared, summed over pairs, / (pairs - 1), sqrt
+        dev = np.multiply(count, 0.5)
+        np.subtract(dev, pb[:, None, :], out=dev)
+        np.square(dev, out=dev)
+        std = np.sqrt(np.add.reduce(dev, axis=1) / (pairs - 1))
+        se[blk] = np.where(fb, np.maximum(std / rse, 1.0 / pairs), 0.0)
         # E[sum of the k largest entries of z + Z]: its gradient is E[T_k(z + Z)] sample by sample
-        fin = np.isfinite(zb)[:, None, :]
-        zf = np.where(fin, zb[:, None, :], 0.0)
-        top_plus = np.where(plus > 0, zf + nb, 0.0).sum(axis=2)
-        top_minus = np.where(minus > 0, zf - nb, 0.0).sum(axis=2)
+        top_plus = _top_sum(neg_plus, sel[0], zb, nb, 1.0)
+        top_minus = _top_sum(neg_minus, sel[1], zb, nb, -1.0)
         potential[blk] = 0.5 * (top_plus + top_minus).mean(axis=1)
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
 

@@ -1,0 +1,150 @@
+"""``perturbed`` gives the same bits as before its passes were cut (the verbatim copy in
+``perturbed_old.py``): ``p``, ``q``, ``stderr``, ``potential``, the VJP and the Jacobian with its
+standard error, compared as raw 64-bit patterns (so even the sign of a zero counts), on rows with
+ties, masked entries, spreads from 1e-3 to 1e6, n = 1..60 with k from 1 to n, several rows, sample
+counts from 4 to 1000 and several seeds."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+import perturbed_old as old
+import pytest
+
+from topk_cli.operators import perturbed as new
+from topk_cli.operators._base import Forward
+
+Case = tuple[np.ndarray, int, int, int]  # z, k, samples, seed
+
+
+def _row(rng: np.random.Generator, n: int, spread: float, kind: str) -> np.ndarray:
+    """One row of ``z`` with largest finite entry 0 (masked entries ``-inf``, at least one finite)."""
+    x = rng.standard_normal(n)
+    if kind == "ties":  # exact ties in groups (at a large spread z + Z ties too)
+        x = np.round(x * 2.0) / 2.0
+    elif kind == "equal":
+        x = np.zeros(n)
+    z = x * spread
+    if kind == "masked" and n > 1:
+        z[rng.choice(n, size=rng.integers(1, n), replace=False)] = -np.inf
+    return z - z[np.isfinite(z)].max()
+
+
+@functools.cache
+def _cases() -> list[Case]:
+    rng = np.random.default_rng(20261124)
+    cases: list[Case] = []
+    kinds = ("plain", "ties", "masked", "equal")
+    for n in (1, 2, 3, 5, 9, 17, 33, 60):
+        for spread in (1e-3, 1.0, 30.0, 1e6):
+            kind = kinds[len(cases) % len(kinds)]
+            rows = np.stack([_row(rng, n, spread, kind) for _ in range(int(rng.integers(1, 4)))])
+            live = int(np.isfinite(rows).sum(axis=1).min())
+            k = int(rng.integers(1, live + 1))
+            samples = int(rng.choice([4, 6, 10, 50, 200, 1000]))
+            cases.append((rows, k, samples, int(rng.integers(0, 5))))
+        for k in (1, n):  # the ends of k on every n: one selected, every entry selected
+            rows = np.stack([_row(rng, n, 1.0, "plain"), _row(rng, n, 1e6, "ties")])
+            cases.append((rows, k, 1000, 0))
+    # a batch mixing every kind (masks in some rows only), the default samples
+    mix = np.stack([_row(rng, 12, s, kind) for s in (1e-3, 1.0, 1e6) for kind in kinds])
+    cases.append((mix, 3, 1000, 0))
+    return cases
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64).view(np.int64)
+
+
+def _forward_differences(fwd: Forward, ref: Forward) -> list[str]:
+    out = [name for name in ("p", "q") if not np.array_equal(_bits(getattr(fwd, name)), _bits(getattr(ref, name)))]
+    if fwd.aux.keys() != ref.aux.keys():
+        return [*out, "aux keys"]
+    return out + [name for name in ref.aux if not np.array_equal(_bits(fwd.aux[name]), _bits(ref.aux[name]))]
+
+
+@functools.cache
+def _reference() -> list[Forward]:
+    return [old.perturbed_forward(z, k, samples=s, seed=seed) for z, k, s, seed in _cases()]
+
+
+def test_the_cases_cover_ties_masks_and_every_k() -> None:
+    cases = _cases()
+    assert any(np.isneginf(z).any() for z, *_ in cases)
+    assert {k for z, k, *_ in cases if k == z.shape[1]} and {1} <= {k for _, k, *_ in cases}
+    assert {4, 1000} <= {s for *_, s, _ in cases}
+    # the largest spread makes z + Z tie exactly in some samples (the selection among ties counts)
+    z = cases[-1][0]
+    assert any(len(np.unique(row[np.isfinite(row)])) < np.isfinite(row).sum() for row in z)
+
+
+def test_the_forward_gives_the_same_bits_as_before() -> None:
+    for (z, k, samples, seed), ref in zip(_cases(), _reference(), strict=True):
+        fwd = new.perturbed_forward(z, k, samples=samples, seed=seed)
+        assert not _forward_differences(fwd, ref), (z.shape, k, samples, seed, _forward_differences(fwd, ref))
+
+
+def test_the_forward_gives_the_same_bits_over_several_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # blocks of a few rows: masked and unmasked rows fall in separate and shared blocks
+    monkeypatch.setattr(new, "_BLOCK", 3 * 500 * 12)
+    monkeypatch.setattr(old, "_BLOCK", 3 * 500 * 12)
+    z, k, samples, seed = _cases()[-1]
+    fwd = new.perturbed_forward(z, k, samples=samples, seed=seed)
+    assert len(new._blocks(z.shape[0], samples // 2, z.shape[1])) == 4
+    assert not _forward_differences(fwd, old.perturbed_forward(z, k, samples=samples, seed=seed))
+
+
+def test_the_vjp_and_the_jacobian_give_the_same_bits_as_before() -> None:
+    rng = np.random.default_rng(5)
+    for z, k, samples, seed in _cases()[::3]:
+        v = rng.standard_normal(z.shape)
+        fwd = new.perturbed_forward(z, k, samples=samples, seed=seed)
+        got = new.perturbed_vjp(fwd, z, k, v, samples=samples, seed=seed)
+        want = old.perturbed_vjp(fwd, z, k, v, samples=samples, seed=seed)
+        assert np.array_equal(_bits(got), _bits(want)), (z.shape, k, samples, seed)
+        jac = new.perturbed_jacobian_with_stderr(z, k, samples=samples, seed=seed)
+        ref = old.perturbed_jacobian_with_stderr(z, k, samples=samples, seed=seed)
+        assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(jac, ref, strict=True)), (z.shape, k)
+
+
+def test_a_top_k_sum_of_zero_keeps_its_sign() -> None:
+    # the selected perturbed scores 0.5 and -0.5 cancel (in the first pair of z + Z, in the second of
+    # z - Z): their sum is +0, so is the sum of the negated scores, whose negation -0 would be one bit
+    # off (the fallback restores +0)
+    z = np.array([[0.0, -1.0, -3.0, -np.inf]])
+    noise = np.array([[[0.5, 0.5, 5.0, 0.0], [-0.5, -0.5, 1.0, 0.0]]])
+    sel = np.array([[[1, 1, 0, 0], [1, 1, 0, 0]]], dtype=np.uint8)
+    zf = np.where(np.isfinite(z), z, 0.0)[:, None, :]
+    for sign in (1.0, -1.0):
+        neg = -z[:, None, :] - noise if sign > 0 else noise - z[:, None, :]
+        want = np.where(sel > 0, zf + sign * noise, 0.0).sum(axis=2)
+        assert np.array_equal(_bits(new._top_sum(neg, sel, z, noise, sign)), _bits(want))
+        unguarded = np.negative(np.where(sel, neg, 0.0).sum(axis=2))
+        assert np.array_equal(unguarded, want) and not np.array_equal(_bits(unguarded), _bits(want))
+
+
+def _mutated_forward(old_text: str, new_text: str):  # type: ignore[no-untyped-def]
+    """The current forward with one piece of its source replaced (a mutant of the code under test)."""
+    source = inspect.getsource(new.perturbed_forward)
+    assert source.count(old_text) == 1
+    namespace = dict(vars(new))
+    exec(source.replace(old_text, new_text), namespace)
+    return namespace["perturbed_forward"]
+
+
+@pytest.mark.parametrize(
+    ("old_text", "new_text", "changed"),
+    [
+        ("axis=1) / (pairs - 1)", "axis=1) * (1.0 / (pairs - 1))", ["stderr"]),  # at most one ulp off
+        ("half / pairs", "half * (1.0 / pairs)", ["p", "stderr"]),  # at most one ulp off
+    ],
+)
+def test_the_comparison_sees_a_one_ulp_change(old_text: str, new_text: str, changed: list[str]) -> None:
+    mutant = _mutated_forward(old_text, new_text)
+    found = [
+        _forward_differences(mutant(z, k, samples=samples, seed=seed), ref)
+        for (z, k, samples, seed), ref in zip(_cases(), _reference(), strict=True)
+    ]
+    assert changed in found
