@@ -109,20 +109,20 @@ def test_the_vjp_and_the_jacobian_give_the_same_bits_as_before() -> None:
         assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(jac, ref, strict=True)), (z.shape, k)
 
 
-def test_a_top_k_sum_of_zero_keeps_its_sign() -> None:
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_top_k_sum_of_zero_keeps_its_sign(masked: bool) -> None:
     # the selected perturbed scores 0.5 and -0.5 cancel (in the first pair of z + Z, in the second of
     # z - Z): their sum is +0, so is the sum of the negated scores, whose negation -0 would be one bit
     # off (the fallback restores +0)
-    z = np.array([[0.0, -1.0, -3.0, -np.inf]])
+    z = np.array([[0.0, -1.0, -3.0, -np.inf if masked else -4.0]])
     noise = np.array([[[0.5, 0.5, 5.0, 0.0], [-0.5, -0.5, 1.0, 0.0]]])
-    sel = np.array([[[1, 1, 0, 0], [1, 1, 0, 0]]], dtype=np.uint8)
+    sel = np.array([[[1, 1, 0, 0], [1, 1, 0, 0]]] * 2, dtype=np.uint8)[:, None]
+    neg = np.stack([-z[:, None, :] - noise, noise - z[:, None, :]])
     zf = np.where(np.isfinite(z), z, 0.0)[:, None, :]
-    for sign in (1.0, -1.0):
-        neg = -z[:, None, :] - noise if sign > 0 else noise - z[:, None, :]
-        want = np.where(sel > 0, zf + sign * noise, 0.0).sum(axis=2)
-        assert np.array_equal(_bits(new._top_sum(neg, sel, z, noise, sign)), _bits(want))
-        unguarded = np.negative(np.where(sel, neg, 0.0).sum(axis=2))
-        assert np.array_equal(unguarded, want) and not np.array_equal(_bits(unguarded), _bits(want))
+    want = np.stack([np.where(sel[0] > 0, zf + noise, 0.0).sum(axis=2), np.where(sel[1] > 0, zf - noise, 0.0).sum(axis=2)])
+    unguarded = np.negative(np.where(sel, neg, 0.0).sum(axis=-1))
+    assert np.array_equal(unguarded, want) and not np.array_equal(_bits(unguarded), _bits(want))
+    assert np.array_equal(_bits(new._top_sums(neg, sel, z, noise, masked)), _bits(want))
 
 
 def _mutated_forward(old_text: str, new_text: str):  # type: ignore[no-untyped-def]

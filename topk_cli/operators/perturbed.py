@@ -108,19 +108,25 @@ def _pairs(z: FloatArray, k: int, noise: FloatArray) -> tuple[FloatArray, FloatA
     return plus, minus
 
 
-def _top_sum(neg: FloatArray, sel: np.ndarray, z: FloatArray, noise: FloatArray, sign: float) -> FloatArray:
-    """``sum_i T_k(z + sign Z)_i (z_i + sign Z_i)`` per ``(row, pair)`` from the negated scores.
+def _top_sums(neg: FloatArray, sel: np.ndarray, z: FloatArray, noise: FloatArray, masked: bool) -> FloatArray:
+    """``sum_i T_k(z + s Z)_i (z_i + s Z_i)`` per ``(row, pair)`` for ``s = +1, -1``: ``(2, rows, pairs)``.
 
-    Summing the negated selected scores (same positions, same pairwise order) gives exactly minus
-    the sum of the scores, except that an exact 0 may carry the other sign: those rows are
-    summed again as the scores themselves, so the result is bit for bit ``np.where(sel, z + sign
-    Z, 0).sum(axis=-1)`` (``z`` read as 0 on masked entries, which are never selected).
+    ``neg`` (``(2, rows, pairs, n)``, overwritten) holds the negated scores ``-(z + s Z)`` and ``sel``
+    their selections. Summing the selected negated scores (same positions, same pairwise order)
+    gives exactly minus the sum of the scores, except that an exact 0 may carry the other sign: those
+    sums are taken again from the scores themselves, so the result is bit for bit ``np.where(sel,
+    z + s Z, 0).sum(axis=-1)`` (``z`` read as 0 on masked entries, which are never selected).
     """
-    top = np.negative(np.where(sel, neg, 0.0).sum(axis=2))
+    if masked:  # +inf * 0 would be nan
+        neg = np.where(sel, neg, 0.0)
+    else:  # in place; an unselected negative score gives -0, which only a zero sum can see
+        np.multiply(neg, sel, out=neg)
+    top = np.negative(neg.sum(axis=-1))
     zero = top == 0.0
     if zero.any():
         zf = np.where(np.isfinite(z), z, 0.0)[:, None, :]
-        top[zero] = np.where(sel, zf + sign * noise, 0.0).sum(axis=2)[zero]
+        scores = np.stack([zf + noise, zf - noise])
+        top[zero] = np.where(sel, scores, 0.0).sum(axis=-1)[zero]
     return top
 
 
@@ -154,11 +160,14 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
         fb = fin_all[blk]
         # all entries unmasked: every row's noise is the (pairs, n) transpose of ``noise`` itself
         nb = np.ascontiguousarray(noise.T)[None] if fb.all() else _row_noise(fb, noise)
-        neg_plus = -zb[:, None, :] - nb  # -(z + Z) exactly; masked entries +inf
-        neg_minus = nb - zb[:, None, :]  # -(z - Z) exactly
-        sel = np.zeros((2, *neg_plus.shape), dtype=np.uint8)
-        _mark(neg_plus, k, sel[0])
-        _mark(neg_minus, k, sel[1])
+        # the negated scores -(z + Z) and -(z - Z), formed exactly as -z - Z and Z - z (masked: +inf)
+        neg = np.empty((2, zb.shape[0], pairs, n))
+        np.subtract(-zb[:, None, :], nb, out=neg[0])
+        np.subtract(nb, zb[:, None, :], out=neg[1])
+        sel = _mark(neg, k, np.zeros(neg.shape, dtype=np.uint8))  # T_k(z + Z), T_k(z - Z)
+        # E[sum of the k largest entries of z + Z]: its gradient is E[T_k(z + Z)] sample by sample
+        top_plus, top_minus = _top_sums(neg, sel, zb, nb, not fb.all())
+        potential[blk] = 0.5 * (top_plus + top_minus).mean(axis=1)
         count = np.add(sel[0], sel[1])  # 2 * observation: values 0, 1, 2
         # sums of 0, 1/2, 1 over pairs are exact in any order: numpy's mean is sum / pairs
         half = 0.5 * count.sum(axis=1)
@@ -166,15 +175,11 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
         q[blk] = (pairs - half) / pairs
         # obs.std(axis=1, ddof=1) step by step as numpy computes it (the sum of squares is not
         # order-free): deviations from the mean, squared, summed over pairs, / (pairs - 1), sqrt
-        dev = np.multiply(count, 0.5)
+        dev = np.multiply(count, 0.5, out=neg[0])
         np.subtract(dev, pb[:, None, :], out=dev)
         np.square(dev, out=dev)
         std = np.sqrt(np.add.reduce(dev, axis=1) / (pairs - 1))
         se[blk] = np.where(fb, np.maximum(std / rse, 1.0 / pairs), 0.0)
-        # E[sum of the k largest entries of z + Z]: its gradient is E[T_k(z + Z)] sample by sample
-        top_plus = _top_sum(neg_plus, sel[0], zb, nb, 1.0)
-        top_minus = _top_sum(neg_minus, sel[1], zb, nb, -1.0)
-        potential[blk] = 0.5 * (top_plus + top_minus).mean(axis=1)
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
 
 
