@@ -83,9 +83,13 @@ def _mark(neg: FloatArray, k: int, out: np.ndarray) -> np.ndarray:
     if k == n:  # every entry is selected, whichever order argpartition would give
         out.fill(1)
         return out
-    idx = np.argpartition(neg, k - 1, axis=-1)[..., :k]
+    idx = np.argpartition(neg, k - 1, axis=-1)
     rows = np.arange(0, out.size, n).reshape((*neg.shape[:-1], 1))
-    out.reshape(-1)[idx + rows] = 1
+    if 2 * k <= n:
+        out.reshape(-1)[idx[..., :k] + rows] = 1
+    else:  # fewer writes: every entry, then 0 on the n - k that argpartition puts after the k-th
+        out.fill(1)
+        out.reshape(-1)[idx[..., k:] + rows] = 0
     return out
 
 
