@@ -93,23 +93,28 @@ def _mark(neg: FloatArray, k: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _hard(neg: FloatArray, k: int) -> FloatArray:
-    """``T_k(-neg)`` of every ``(..., n)`` slice of the negated scores ``neg``, as 0/1 floats
-    (ties have probability 0 under the noise)."""
-    return _mark(neg, k, np.zeros(neg.shape))
-
-
 def _blocks(b: int, pairs: int, n: int) -> list[slice]:
     rows = max(1, _BLOCK // max(1, pairs * n))
     return [slice(s, min(b, s + rows)) for s in range(0, b, rows)]
 
 
-def _pairs(z: FloatArray, k: int, noise: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(T_k(z + Z), T_k(z - Z))`` for a block of rows and its ``(rows, pairs, n)`` noise."""
+def _selections(z: FloatArray, k: int, noise: FloatArray) -> tuple[FloatArray, np.ndarray]:
+    """``(neg, sel)`` for a block of rows and its ``(rows, pairs, n)`` noise, both ``(2, rows, pairs, n)``:
+    the negated scores ``-(z + Z)``, ``-(z - Z)`` (masked entries ``+inf``: their noise is 0) and
+    their selections ``T_k(z + Z)``, ``T_k(z - Z)`` as 0/1 ``uint8`` (ties have probability 0 under
+    the noise). The negated scores are formed exactly as ``-z - Z`` and ``Z - z``."""
     zb = z[:, None, :]
-    plus = _hard(-zb - noise, k)  # masked entries stay -inf (their noise is 0): +inf here
-    minus = _hard(noise - zb, k)
-    return plus, minus
+    neg = np.empty((2, *np.broadcast_shapes(zb.shape, noise.shape)))
+    np.subtract(-zb, noise, out=neg[0])
+    np.subtract(noise, zb, out=neg[1])
+    return neg, _mark(neg, k, np.zeros(neg.shape, dtype=np.uint8))
+
+
+def _half_difference(sel: np.ndarray) -> FloatArray:
+    """``(T_k(z + Z) - T_k(z - Z)) / 2`` from :func:`_selections`: values -1/2, 0, 1/2."""
+    diff = np.subtract(sel[0], sel[1], dtype=np.float64)
+    diff *= 0.5
+    return diff
 
 
 def _top_sums(neg: FloatArray, sel: np.ndarray, z: FloatArray, noise: FloatArray, masked: bool) -> FloatArray:
@@ -164,11 +169,7 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
         fb = fin_all[blk]
         # all entries unmasked: every row's noise is the (pairs, n) transpose of ``noise`` itself
         nb = np.ascontiguousarray(noise.T)[None] if fb.all() else _row_noise(fb, noise)
-        # the negated scores -(z + Z) and -(z - Z), formed exactly as -z - Z and Z - z (masked: +inf)
-        neg = np.empty((2, zb.shape[0], pairs, n))
-        np.subtract(-zb[:, None, :], nb, out=neg[0])
-        np.subtract(nb, zb[:, None, :], out=neg[1])
-        sel = _mark(neg, k, np.zeros(neg.shape, dtype=np.uint8))  # T_k(z + Z), T_k(z - Z)
+        neg, sel = _selections(zb, k, nb)
         # E[sum of the k largest entries of z + Z]: its gradient is E[T_k(z + Z)] sample by sample
         top_plus, top_minus = _top_sums(neg, sel, zb, nb, not fb.all())
         potential[blk] = 0.5 * (top_plus + top_minus).mean(axis=1)
@@ -219,8 +220,7 @@ def perturbed_jacobian_with_stderr(z: FloatArray, k: int, *, samples: int = DEFA
     se = np.empty((b, n, n))
     for blk in _blocks(b, pairs, n):
         nb = _row_noise(fin[blk], noise)
-        plus, minus = _pairs(z[blk], k, nb)
-        diff = 0.5 * (plus - minus)
+        diff = _half_difference(_selections(z[blk], k, nb)[1])
         zc = _centred(nb, fin[blk])
         mean = np.einsum("rmi,rmj->rij", diff, zc) / pairs
         second = np.einsum("rmi,rmj->rij", diff * diff, zc * zc) / pairs
@@ -247,8 +247,8 @@ def perturbed_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray, *, samples
     out = np.empty((b, n))
     for blk in _blocks(b, pairs, n):
         nb = _row_noise(fin[blk], noise)
-        plus, minus = _pairs(z[blk], k, nb)
-        weight = np.einsum("rmi,ri->rm", 0.5 * (plus - minus), v[blk])
+        diff = _half_difference(_selections(z[blk], k, nb)[1])
+        weight = np.einsum("rmi,ri->rm", diff, v[blk])
         out[blk] = np.einsum("rm,rmj->rj", weight, _centred(nb, fin[blk])) / pairs
     return out
 
