@@ -38,17 +38,19 @@ def _cases() -> list[Case]:
     cases: list[Case] = []
     kinds = ("plain", "ties", "masked", "equal")
     for n in (1, 2, 3, 5, 9, 17, 33, 60):
-        for spread in (1e-3, 1.0, 30.0, 1e6):
+        for spread in (1e-3, 1.0, 30.0, 1e6, 1e17):
             kind = kinds[len(cases) % len(kinds)]
             rows = np.stack([_row(rng, n, spread, kind) for _ in range(int(rng.integers(1, 4)))])
             live = int(np.isfinite(rows).sum(axis=1).min())
             k = int(rng.integers(1, live + 1))
             samples = int(rng.choice([4, 6, 10, 50, 200, 1000]))
             cases.append((rows, k, samples, int(rng.integers(0, 5))))
-        for k in (1, n):  # the ends of k on every n: one selected, every entry selected
-            rows = np.stack([_row(rng, n, 1.0, "plain"), _row(rng, n, 1e6, "ties")])
+        for k in sorted({1, 2, n // 2, n // 2 + 1, n - 1, n} & set(range(1, n + 1))):
+            # every n with k at its ends and around n / 2 (where the marking switches to the complement)
+            rows = np.stack([_row(rng, n, 1.0, "plain"), _row(rng, n, 1e17, "ties")])
             cases.append((rows, k, 1000, 0))
-    # a batch mixing every kind (masks in some rows only), the default samples
+    # a batch mixing every kind (masks in some rows only), the default samples; one of its rows has
+    # fewer than k unmasked entries (the API never passes such a row: the same bits all the same)
     mix = np.stack([_row(rng, 12, s, kind) for s in (1e-3, 1.0, 1e6) for kind in kinds])
     cases.append((mix, 3, 1000, 0))
     return cases
@@ -75,9 +77,17 @@ def test_the_cases_cover_ties_masks_and_every_k() -> None:
     assert any(np.isneginf(z).any() for z, *_ in cases)
     assert {k for z, k, *_ in cases if k == z.shape[1]} and {1} <= {k for _, k, *_ in cases}
     assert {4, 1000} <= {s for *_, s, _ in cases}
-    # the largest spread makes z + Z tie exactly in some samples (the selection among ties counts)
-    z = cases[-1][0]
-    assert any(len(np.unique(row[np.isfinite(row)])) < np.isfinite(row).sum() for row in z)
+    z, k, *_ = cases[-1]
+    assert np.isfinite(z).sum(axis=1).min() < k  # a masked entry is selected in that row
+    # at a spread of 1e17 the noise vanishes in z + Z, which ties exactly (argpartition's choice among
+    # ties is what is compared there)
+    tied = 0
+    for z, k, samples, seed in cases:
+        if k < z.shape[1] and np.isfinite(z).all():
+            scores = z[:, None, :] + new.perturbation_noise(z.shape[1], samples, seed).T
+            top = np.sort(scores, axis=-1)[..., ::-1]
+            tied += int(np.sum(top[..., k - 1] == top[..., k]))
+    assert tied > 1000
 
 
 def test_the_forward_gives_the_same_bits_as_before() -> None:
@@ -126,11 +136,12 @@ def test_a_top_k_sum_of_zero_keeps_its_sign(masked: bool) -> None:
 
 
 def _mutated_forward(old_text: str, new_text: str):  # type: ignore[no-untyped-def]
-    """The current forward with one piece of its source replaced (a mutant of the code under test)."""
-    source = inspect.getsource(new.perturbed_forward)
-    assert source.count(old_text) == 1
+    """The current forward with one piece of its source (or of its top-k sums') replaced: a mutant."""
     namespace = dict(vars(new))
-    exec(source.replace(old_text, new_text), namespace)
+    sources = [inspect.getsource(f) for f in (new._top_sums, new.perturbed_forward)]
+    assert sum(source.count(old_text) for source in sources) == 1
+    for source in sources:  # the forward last: it calls the namespace's _top_sums
+        exec(source.replace(old_text, new_text), namespace)
     return namespace["perturbed_forward"]
 
 
@@ -139,6 +150,7 @@ def _mutated_forward(old_text: str, new_text: str):  # type: ignore[no-untyped-d
     [
         ("axis=1) / (pairs - 1)", "axis=1) * (1.0 / (pairs - 1))", ["stderr"]),  # at most one ulp off
         ("half / pairs", "half * (1.0 / pairs)", ["p", "stderr"]),  # at most one ulp off
+        ("~np.isfinite(top) | (top == 0.0)", "top == 0.0", ["potential"]),  # a masked entry's score
     ],
 )
 def test_the_comparison_sees_a_one_ulp_change(old_text: str, new_text: str, changed: list[str]) -> None:

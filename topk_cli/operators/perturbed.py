@@ -124,18 +124,20 @@ def _top_sums(neg: FloatArray, sel: np.ndarray, z: FloatArray, noise: FloatArray
     their selections. Summing the selected negated scores (same positions, same pairwise order)
     gives exactly minus the sum of the scores, except that an exact 0 may carry the other sign: those
     sums are taken again from the scores themselves, so the result is bit for bit ``np.where(sel,
-    z + s Z, 0).sum(axis=-1)`` (``z`` read as 0 on masked entries, which are never selected).
+    z + s Z, 0).sum(axis=-1)`` (``z`` read as 0 on masked entries).
     """
     if masked:  # +inf * 0 would be nan
         neg = np.where(sel, neg, 0.0)
     else:  # in place; an unselected negative score gives -0, which only a zero sum can see
         np.multiply(neg, sel, out=neg)
     top = np.negative(neg.sum(axis=-1))
-    zero = top == 0.0
-    if zero.any():
+    # a zero, and an infinite sum (a masked entry selected, possible only in a row with fewer than
+    # k unmasked entries, which the API never passes; or an overflow): summed again as the scores
+    redo = ~np.isfinite(top) | (top == 0.0)
+    if redo.any():
         zf = np.where(np.isfinite(z), z, 0.0)[:, None, :]
         scores = np.stack([zf + noise, zf - noise])
-        top[zero] = np.where(sel, scores, 0.0).sum(axis=-1)[zero]
+        top[redo] = np.where(sel, scores, 0.0).sum(axis=-1)[redo]
     return top
 
 
