@@ -1,8 +1,8 @@
 """``perturbed`` gives the same bits as before its passes were cut (the verbatim copy in
 ``perturbed_old.py``): ``p``, ``q``, ``stderr``, ``potential``, the VJP and the Jacobian with its
 standard error, compared as raw 64-bit patterns (so even the sign of a zero counts), on rows with
-ties, masked entries, spreads from 1e-3 to 1e6, n = 1..60 with k from 1 to n, several rows, sample
-counts from 4 to 1000 and several seeds."""
+ties, masked entries, spreads from 1e-3 to 1e17 (where z + Z ties exactly), n from 1 to 60 with k
+from 1 to n, several rows, sample counts from 4 to 1000 and several seeds."""
 
 from __future__ import annotations
 
