@@ -28,7 +28,11 @@ from topk_cli.properties.smoothness import (
 
 
 def _reference_shrink(violates: Callable[[np.ndarray, int], bool], x: np.ndarray, k: int, budget: int = 300):
-    """The shrinker's definition: every candidate tried one at a time, in order."""
+    """The shrinker's definition: every candidate tried one at a time, in order.
+
+    Chunks of size n/2, n/4, ..., 2 (the first that still fails is dropped, then the same size
+    again), then single entries, then simpler values, then chunks and single entries again.
+    """
     calls = 0
 
     def attempt(y: np.ndarray, kk: int) -> bool:
@@ -55,7 +59,24 @@ def _reference_shrink(violates: Callable[[np.ndarray, int], bool], x: np.ndarray
                     break
         return x, k
 
-    x, k = drop_entries(x, k)
+    def drop_chunks(x: np.ndarray, k: int):
+        size = x.size // 2
+        while min(size, x.size // 2) >= 2:
+            size = min(size, x.size // 2)
+            changed = False
+            for start in range(0, x.size - size + 1, size):
+                y = np.delete(x, np.arange(start, start + size))
+                for kk in dict.fromkeys((k, max(1, k - size), min(k, y.size))):
+                    if attempt(y, kk):
+                        x, k, changed = y, kk, True
+                        break
+                if changed:
+                    break
+            if not changed:
+                size //= 2
+        return x, k
+
+    x, k = drop_entries(*drop_chunks(x, k))
     finite = np.isfinite(x)
     if finite.any():
         ranks = np.unique(x[finite], return_inverse=True)[1].astype(np.float64)
@@ -85,7 +106,7 @@ def _reference_shrink(violates: Callable[[np.ndarray, int], bool], x: np.ndarray
             if y[i] != x[i] and attempt(y, k):
                 x = y
                 break
-    x, k = drop_entries(x, k)
+    x, k = drop_entries(*drop_chunks(x, k))
     return x, k
 
 
@@ -171,10 +192,53 @@ def test_a_sweep_that_finds_nothing_costs_few_batches() -> None:
     batches: list[int] = []
     x = np.arange(30, dtype=np.float64)
     _shrink(lambda y, kk: False, x, 10, prefetch=lambda c: batches.append(len(c)))
-    # two sweeps of 30 x 2 candidates (k = 10, 9) and two shifted copies, each announced once, in
-    # 10 batches instead of 122 one-at-a-time evaluations
-    assert sum(batches) == 122
-    assert len(batches) <= 10
+    # twice: chunks of 15, 7 and 3 (2, 4 and 10 chunks, each with k = 10 and 10 - size), one batch
+    # per size; a sweep of 30 x 2 single drops (k = 10, 9) in 4 batches; and the two shifted
+    # copies once: 186 candidates, each announced once, in 16 batches instead of 186 evaluations
+    assert sum(batches) == 2 * (2 * (2 + 4 + 10) + 30 * 2) + 2
+    assert len(batches) <= 16
+
+
+def test_chunks_go_in_a_few_steps() -> None:
+    calls: list[int] = []
+
+    def both_remain(y: np.ndarray, kk: int) -> bool:  # fails iff entries 10 and 50 are both still there
+        calls.append(y.size)
+        return 10.0 in y and 50.0 in y
+
+    x, k = _shrink(both_remain, np.arange(64, dtype=np.float64), 1)
+    np.testing.assert_array_equal(x, [10.0, 50.0])
+    assert k == 1
+    # single drops alone need at least one call per dropped entry (62), chunks far fewer
+    assert len(calls) <= 40
+    assert min(calls[:3]) <= 48  # a chunk of 16 went in the first few calls
+
+
+@pytest.mark.parametrize("name", sorted(VIOLATIONS))
+def test_the_result_is_one_minimal(name: str) -> None:
+    violates = VIOLATIONS[name]
+    checked = 0
+    for x, k in _inputs():
+        calls = 0
+
+        def counted(y: np.ndarray, kk: int) -> bool:
+            nonlocal calls
+            calls += 1
+            return violates(y, kk)
+
+        y, kk = _shrink(counted, x, k)
+        if calls >= 300:  # the budget ran out: no promise
+            continue
+        checked += 1
+        for i in range(y.size):
+            z = np.delete(y, i)
+            for kz in dict.fromkeys((kk, kk - 1, min(kk, z.size))):
+                if 1 <= kz <= np.isfinite(z).sum():
+                    try:
+                        assert not violates(z, kz), (i, kz)
+                    except InvalidArgumentError:
+                        pass
+    assert checked >= 3
 
 
 def test_a_failing_prefetch_changes_nothing() -> None:

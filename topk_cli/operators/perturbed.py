@@ -71,11 +71,25 @@ def _row_noise(fin: np.ndarray, noise: FloatArray) -> FloatArray:
     return np.where(fin[:, None, :], np.transpose(noise[np.maximum(rank, 0)], (0, 2, 1)), 0.0)
 
 
-def _hard(w: FloatArray, k: int) -> FloatArray:
-    """``T_k`` of every ``(..., n)`` slice of ``w`` (ties have probability 0 under the noise)."""
-    out = np.zeros(w.shape)
-    idx = np.argpartition(-w, k - 1, axis=-1)[..., :k]
-    np.put_along_axis(out, idx, 1.0, axis=-1)
+def _mark(neg: FloatArray, k: int, out: np.ndarray) -> np.ndarray:
+    """Set ``out`` (C-contiguous, all False or 0, shape of ``neg``) to 1 at the ``k`` entries of every
+    ``(..., n)`` slice of ``neg`` that ``argpartition(neg, k - 1)`` puts first: ``T_k(-neg)``.
+
+    ``neg`` is the negated perturbed score, formed as ``-z - Z`` (or ``Z - z``), which is exactly
+    ``-(z + Z)`` (``-(z - Z)``): IEEE rounding is symmetric, so the selection is the one
+    ``argpartition(-(z + Z))`` makes, ties included, without a negated copy.
+    """
+    n = neg.shape[-1]
+    if k == n:  # every entry is selected, whichever order argpartition would give
+        out.fill(1)
+        return out
+    idx = np.argpartition(neg, k - 1, axis=-1)
+    rows = np.arange(0, out.size, n).reshape((*neg.shape[:-1], 1))
+    if 2 * k <= n:
+        out.reshape(-1)[idx[..., :k] + rows] = 1
+    else:  # fewer writes: every entry, then 0 on the n - k that argpartition puts after the k-th
+        out.fill(1)
+        out.reshape(-1)[idx[..., k:] + rows] = 0
     return out
 
 
@@ -84,11 +98,47 @@ def _blocks(b: int, pairs: int, n: int) -> list[slice]:
     return [slice(s, min(b, s + rows)) for s in range(0, b, rows)]
 
 
-def _pairs(z: FloatArray, k: int, noise: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(T_k(z + Z), T_k(z - Z))`` for a block of rows and its ``(rows, pairs, n)`` noise."""
-    plus = _hard(z[:, None, :] + noise, k)  # masked entries stay -inf (their noise is 0)
-    minus = _hard(z[:, None, :] - noise, k)
-    return plus, minus
+def _selections(z: FloatArray, k: int, noise: FloatArray) -> tuple[FloatArray, np.ndarray]:
+    """``(neg, sel)`` for a block of rows and its ``(rows, pairs, n)`` noise, both ``(2, rows, pairs, n)``:
+    the negated scores ``-(z + Z)``, ``-(z - Z)`` (masked entries ``+inf``: their noise is 0) and
+    their selections ``T_k(z + Z)``, ``T_k(z - Z)`` as 0/1 ``uint8`` (ties have probability 0 under
+    the noise). The negated scores are formed exactly as ``-z - Z`` and ``Z - z``."""
+    zb = z[:, None, :]
+    neg = np.empty((2, *np.broadcast_shapes(zb.shape, noise.shape)))
+    np.subtract(-zb, noise, out=neg[0])
+    np.subtract(noise, zb, out=neg[1])
+    return neg, _mark(neg, k, np.zeros(neg.shape, dtype=np.uint8))
+
+
+def _half_difference(sel: np.ndarray) -> FloatArray:
+    """``(T_k(z + Z) - T_k(z - Z)) / 2`` from :func:`_selections`: values -1/2, 0, 1/2."""
+    diff = np.subtract(sel[0], sel[1], dtype=np.float64)
+    diff *= 0.5
+    return diff
+
+
+def _top_sums(neg: FloatArray, sel: np.ndarray, z: FloatArray, noise: FloatArray, masked: bool) -> FloatArray:
+    """``sum_i T_k(z + s Z)_i (z_i + s Z_i)`` per ``(row, pair)`` for ``s = +1, -1``: ``(2, rows, pairs)``.
+
+    ``neg`` (``(2, rows, pairs, n)``, overwritten) holds the negated scores ``-(z + s Z)`` and ``sel``
+    their selections. Summing the selected negated scores (same positions, same pairwise order)
+    gives exactly minus the sum of the scores, except that an exact 0 may carry the other sign: those
+    sums are taken again from the scores themselves, so the result is bit for bit ``np.where(sel,
+    z + s Z, 0).sum(axis=-1)`` (``z`` read as 0 on masked entries).
+    """
+    if masked:  # +inf * 0 would be nan
+        neg = np.where(sel, neg, 0.0)
+    else:  # in place; an unselected negative score gives -0, which only a zero sum can see
+        np.multiply(neg, sel, out=neg)
+    top = np.negative(neg.sum(axis=-1))
+    # a zero, and an infinite sum (a masked entry selected, possible only in a row with fewer than
+    # k unmasked entries, which the API never passes; or an overflow): summed again as the scores
+    redo = ~np.isfinite(top) | (top == 0.0)
+    if redo.any():
+        zf = np.where(np.isfinite(z), z, 0.0)[:, None, :]
+        scores = np.stack([zf + noise, zf - noise])
+        top[redo] = np.where(sel, scores, 0.0).sum(axis=-1)[redo]
+    return top
 
 
 def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
@@ -115,20 +165,28 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
     q = np.empty((b, n))
     se = np.empty((b, n))
     potential = np.empty(b)
+    rse = np.sqrt(pairs)
     for blk in _blocks(b, pairs, n):
         zb = z[blk]
-        nb = _row_noise(fin_all[blk], noise)
-        plus, minus = _pairs(zb, k, nb)
-        obs = 0.5 * (plus + minus)  # one independent observation per pair, values 0, 1/2, 1
-        p[blk] = obs.mean(axis=1)
-        q[blk] = (1.0 - obs).mean(axis=1)
-        se[blk] = np.where(fin_all[blk], np.maximum(obs.std(axis=1, ddof=1) / np.sqrt(pairs), 1.0 / pairs), 0.0)
+        fb = fin_all[blk]
+        # all entries unmasked: every row's noise is the (pairs, n) transpose of ``noise`` itself
+        nb = np.ascontiguousarray(noise.T)[None] if fb.all() else _row_noise(fb, noise)
+        neg, sel = _selections(zb, k, nb)
         # E[sum of the k largest entries of z + Z]: its gradient is E[T_k(z + Z)] sample by sample
-        fin = np.isfinite(zb)[:, None, :]
-        zf = np.where(fin, zb[:, None, :], 0.0)
-        top_plus = np.where(plus > 0, zf + nb, 0.0).sum(axis=2)
-        top_minus = np.where(minus > 0, zf - nb, 0.0).sum(axis=2)
+        top_plus, top_minus = _top_sums(neg, sel, zb, nb, not fb.all())
         potential[blk] = 0.5 * (top_plus + top_minus).mean(axis=1)
+        count = np.add(sel[0], sel[1])  # 2 * observation: values 0, 1, 2
+        # sums of 0, 1/2, 1 over pairs are exact in any order: numpy's mean is sum / pairs
+        half = 0.5 * count.sum(axis=1)
+        p[blk] = pb = half / pairs
+        q[blk] = (pairs - half) / pairs
+        # obs.std(axis=1, ddof=1) step by step as numpy computes it (the sum of squares is not
+        # order-free): deviations from the mean, squared, summed over pairs, / (pairs - 1), sqrt
+        dev = np.multiply(count, 0.5, out=neg[0])
+        np.subtract(dev, pb[:, None, :], out=dev)
+        np.square(dev, out=dev)
+        std = np.sqrt(np.add.reduce(dev, axis=1) / (pairs - 1))
+        se[blk] = np.where(fb, np.maximum(std / rse, 1.0 / pairs), 0.0)
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
 
 
@@ -164,8 +222,7 @@ def perturbed_jacobian_with_stderr(z: FloatArray, k: int, *, samples: int = DEFA
     se = np.empty((b, n, n))
     for blk in _blocks(b, pairs, n):
         nb = _row_noise(fin[blk], noise)
-        plus, minus = _pairs(z[blk], k, nb)
-        diff = 0.5 * (plus - minus)
+        diff = _half_difference(_selections(z[blk], k, nb)[1])
         zc = _centred(nb, fin[blk])
         mean = np.einsum("rmi,rmj->rij", diff, zc) / pairs
         second = np.einsum("rmi,rmj->rij", diff * diff, zc * zc) / pairs
@@ -192,8 +249,8 @@ def perturbed_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray, *, samples
     out = np.empty((b, n))
     for blk in _blocks(b, pairs, n):
         nb = _row_noise(fin[blk], noise)
-        plus, minus = _pairs(z[blk], k, nb)
-        weight = np.einsum("rmi,ri->rm", 0.5 * (plus - minus), v[blk])
+        diff = _half_difference(_selections(z[blk], k, nb)[1])
+        weight = np.einsum("rmi,ri->rm", diff, v[blk])
         out[blk] = np.einsum("rm,rmj->rj", weight, _centred(nb, fin[blk])) / pairs
     return out
 

@@ -1,12 +1,17 @@
 """Shrinking a counterexample: fewest entries, then simplest values, while it still fails.
 
 The shrinker tries candidates one at a time, in a fixed order, and keeps the first that still
-fails. A ``prefetch`` hook lets the caller evaluate the candidates it is about to try in a few
-large batches instead (speculatively: the ones after the first success are wasted work). A
-shrink is mostly a chain of dependent steps (drop one entry, then look again), each taken near
-where the step before it was, so a sweep batches the candidates up to there, then the rest. The
-walk, its decisions and its ``budget`` accounting do not depend on the hook: the same
-``violates`` answers give the same counterexample, only with fewer operator calls.
+fails. It first drops contiguous chunks of entries, halving the chunk size down to two (delta
+debugging: Zeller and Hildebrandt, "Simplifying and isolating failure-inducing input", IEEE TSE
+2002), so that a long counterexample loses most of its entries in a few steps instead of a chain
+of one-entry steps; then single entries until none can go; then it simplifies the values, and
+drops chunks and single entries again. A ``prefetch`` hook lets the caller evaluate the candidates it is
+about to try in a few large batches instead (speculatively: the ones after the first success are
+wasted work). The candidates of one chunk size all have the same length, so they go in one batch;
+a single-entry sweep tends to succeed near where the one before it did, so it batches the
+candidates up to there, then the rest. The walk, its decisions and its ``budget`` accounting do
+not depend on the hook: the same ``violates`` answers give the same counterexample, only with
+fewer operator calls.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ def _shrink(
 ) -> tuple[FloatArray, int]:
     """Fewest entries, then simplest values, while ``violates`` stays true.
 
-    At most ``budget`` calls of ``violates``. ``prefetch`` (optional) is handed the candidates
+    At most ``budget`` calls of ``violates``. Unless the budget runs out, the result is
+    1-minimal: dropping any single entry, with k, k - 1 or at most the entries left, no longer
+    fails. ``prefetch`` (optional) is handed the candidates
     before they are tried, in batches; an error it raises is ignored (whatever went wrong happens
     again, and is handled as without the hook, when ``violates`` sees the candidate).
     """
@@ -98,7 +105,29 @@ def _shrink(
             likely = j
         return x, k
 
-    x, k = drop_entries(x, k)
+    def drop_chunks(x: FloatArray, k: int) -> tuple[FloatArray, int]:
+        size = x.size // 2
+        while size >= 2:
+            size = min(size, x.size // 2)
+            if size < 2:
+                break
+            # k as is, or less the chunk's size (as if it held selected entries, the analogue of a
+            # single drop's k - 1), or at most the entries left: the same three values for every
+            # chunk of a size, so a batch costs at most three operator calls
+            ks = dict.fromkeys((k, max(1, k - size), min(k, x.size - size)))
+            candidates = [
+                (y, kk)
+                for y in (np.concatenate((x[:start], x[start + size :])) for start in range(0, x.size - size + 1, size))
+                for kk in ks
+            ]
+            j = first(candidates, len(candidates) - 1)  # all of one length: one batch
+            if j is None:
+                size //= 2
+            else:
+                x, k = candidates[j]  # and again at the same size
+        return x, k
+
+    x, k = drop_entries(*drop_chunks(x, k))
     finite = np.isfinite(x)
     if finite.any():
         ranks = np.unique(x[finite], return_inverse=True)[1].astype(np.float64)
@@ -131,5 +160,5 @@ def _shrink(
         j = first([(y, k) for y in entry])
         if j is not None:
             x = entry[j]
-    x, k = drop_entries(x, k)
+    x, k = drop_entries(*drop_chunks(x, k))
     return x, k
