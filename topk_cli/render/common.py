@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -13,9 +14,14 @@ from contextvars import ContextVar
 from enum import Enum
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.control import strip_control_codes
 from rich.measure import Measurement
-from rich.table import Column, Table
+from rich.segment import Segment
+from rich.style import Style
+from rich.table import Column, Row, Table
+from rich.text import Text
 
 
 class OutputFormat(str, Enum):
@@ -103,9 +109,11 @@ def renderables_to_text(renderables: Sequence[RenderableType], *, color: bool, w
             parts = fit_table(item, console, target) if target is not None and isinstance(item, Table) else [item]
             for part in parts:
                 if target is None:
+                    part = _stacked(part, fitted=False)
                     console.width = max(min(_natural_width(console, part), _NATURAL_MAX), 1)
                 elif isinstance(part, Table):  # a column wider than the terminal stays whole
                     console.width = max(target, _minimum_width(console, part))
+                    part = _stacked(part, fitted=True)
                 else:  # text wraps between words
                     console.width = target
                 console.print(part)
@@ -123,7 +131,90 @@ def _flatten(renderables: Sequence[RenderableType]) -> list[RenderableType]:
     return out
 
 
+def _stacked(item: RenderableType, *, fitted: bool) -> RenderableType:
+    """``item``, a table of one-line text rows, as one row of stacked cells: the same text.
+
+    Rich measures and renders every cell on its own, the bulk of a long table's time; a column
+    of lines costs one cell. Only where no cell can wrap, so every row stays one line high:
+    one-line cells (``str``, or ``Text`` with one style and no settings of its own), no row
+    styles, separators or footer, no width limits; under a target width, no prose column
+    (only prose wraps there).
+    """
+    if not isinstance(item, Table) or item.row_count < 2:
+        return item
+    if item.row_styles or item.show_lines or item.leading or item.show_footer or item.highlight:
+        return item
+    if any(row.style or row.end_section for row in item.rows):
+        return item
+    for column in item.columns:
+        if column.width is not None or column.max_width is not None or column.ratio or column.highlight:
+            return item
+        if fitted and not column.no_wrap:  # fit_table's prose column: its cells may wrap
+            return item
+        if not all(_one_line(cell) for cell in column.cells):
+            return item
+    stacked = copy.copy(item)
+    stacked.columns = [
+        dataclasses.replace(c, _cells=[_StackedCells(list(c.cells))]) for c in item.columns  # type: ignore[arg-type]
+    ]
+    stacked.rows = [Row()]
+    return stacked
+
+
+def _one_line(cell: RenderableType) -> bool:
+    if type(cell) is Text:
+        settings = (cell.justify, cell.overflow, cell.no_wrap, cell.tab_size, cell.spans, cell.end)
+        if settings != (None, None, None, None, [], "\n"):
+            return False
+    elif type(cell) is not str:
+        return False
+    plain = _plain(cell)
+    return "\t" not in plain and plain.splitlines() in ([], [plain])
+
+
+def _plain(cell: str | Text) -> str:
+    """The characters rich prints of a text cell (it drops control codes such as carriage returns)."""
+    return cell.plain if isinstance(cell, Text) else strip_control_codes(cell)
+
+
+class _StackedCells:
+    """One-line cells (one per row) rendered as one cell, line for line as rich renders each.
+
+    Per line, as rich's ``Text.wrap`` does for a line that fits its width: no change under
+    ``overflow="ignore"``; else justified right or centre (after stripping trailing spaces) or
+    left, the padding in the line's style.
+    """
+
+    def __init__(self, cells: list[str | Text]) -> None:
+        self._lines = [(_plain(c), c.style if isinstance(c, Text) else "") for c in cells]
+        widths = [cell_len(line) for line, _ in self._lines]
+        words = [max((cell_len(w) for w in line.split()), default=n) for (line, _), n in zip(self._lines, widths, strict=True)]
+        self._measurement = Measurement(max(words, default=0), max(widths, default=0))
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return self._measurement.with_maximum(options.max_width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        justify = None if options.overflow == "ignore" else options.justify
+        newline = Segment("\n")
+        for line, style in self._lines:
+            if justify in ("right", "center"):
+                line = line.rstrip()
+                spare = width - cell_len(line)
+                left = spare if justify == "right" else spare // 2
+                line = " " * left + line + " " * (spare - left)
+            elif justify == "left":
+                line += " " * (width - cell_len(line))
+            if line:
+                yield Segment(line, console.get_style(style, default=Style.null()) if style else None)
+            yield newline
+
+
 def _cell_width(console: Console, cell: RenderableType) -> int:
+    if type(cell) in (str, Text):  # what rich measures of text, without building and measuring a Text
+        lines = _plain(cell).splitlines()  # type: ignore[arg-type]
+        return min(max((cell_len(line) for line in lines), default=0), _NATURAL_MAX)
     return Measurement.get(console, console.options.update(width=_NATURAL_MAX), cell).maximum
 
 
