@@ -164,12 +164,13 @@ def test_weights_match_mpmath(name: str) -> None:
 
 
 class Counting:
-    """``f`` that counts the scores it is evaluated on."""
+    """``f`` that counts its calls and the scores it is evaluated on."""
 
     def __init__(self, f: Link) -> None:
-        self.f, self.scores = f, 0
+        self.f, self.calls, self.scores = f, 0, 0
 
     def __call__(self, t: np.ndarray) -> np.ndarray:
+        self.calls += 1
         self.scores += t.size
         return self.f(t)
 
@@ -185,3 +186,8 @@ def test_exact_total_stops_early(name: str) -> None:
     exact = p.sum(axis=-1) == 3
     assert exact.sum() >= 6, exact.sum()
     assert new.scores < 0.8 * old.scores, (new.scores, old.scores)
+    assert new.calls <= old.calls, (new.calls, old.calls)
+    # a batch whose every row stops on an exact total stops there (no empty passes after it)
+    one = Counting(FS[name])
+    p1, _ = threshold_bisection(one)(z[exact][:1], 3, ReferenceContext(z[exact][:1], 3))
+    assert p1.sum() == 3 and one.calls <= 70, one.calls

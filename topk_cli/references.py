@@ -368,8 +368,8 @@ def threshold_bisection(f: Callable[[FloatArray], FloatArray]) -> ReferenceFn:
             if not moving.all():
                 lam[rows[~moving]] = mid[~moving]  # the midpoint of two adjacent floats
                 rows, zr, lo, hi, mid = rows[moving], zr[moving], lo[moving], hi[moving], mid[moving]
-                if rows.size == 0:
-                    break
+            if rows.size == 0:
+                break
             v = f(zr - mid[:, None])
             total = np.sum(v, axis=-1)
             exact = total == k
