@@ -123,7 +123,8 @@ def _ws_fast_w(z: FloatArray, k: int, store: bool) -> tuple[Forward, FloatArray]
     :data:`_FWD_BLOCK` entries (every round of a block in cache); without ``store`` into two reused
     scratch buffers."""
     bsz, n = z.shape
-    top, w, w_min, w2, far = _ws_weights(z)
+    top, w, w_min, w2 = _ws_weights(z)
+    far = _ws_far(z, w)
     p, q = np.zeros_like(z), np.ones_like(z)
     rec = _Record(bsz, k)
     aux: dict[str, FloatArray] = {}
@@ -163,7 +164,8 @@ def ws_fast_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArr
     :func:`_ws_vjp_compact` do on the whole batch: the same bits. Only the certified rows' VJP is
     meaningful (``aux["fast"]``); the caller recomputes the others."""
     bsz, n = z.shape
-    top, w, w_min, w2, far = _ws_weights(z)
+    top, w, w_min, w2 = _ws_weights(z)
+    far = _ws_far(z, w)
     p, q, out = np.zeros_like(z), np.ones_like(z), np.empty_like(z)
     rec = _Record(bsz, k)
     step = max(1, min(_FWD_BLOCK // n, _VJP_BLOCK // (n * k), bsz))
@@ -186,12 +188,9 @@ def ws_fast_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArr
     return whole, out
 
 
-def _ws_weights(
-    z: FloatArray,
-) -> tuple[NDArray[np.intp], FloatArray, FloatArray, FloatArray, tuple[FloatArray, FloatArray] | None]:
+def _ws_weights(z: FloatArray) -> tuple[NDArray[np.intp], FloatArray, FloatArray, FloatArray]:
     """``top`` (the first maximal entry), ``w = e^z`` with ``w_top = 1`` exactly, ``min w`` over the near
-    entries (``z >= -``:data:`FAST_MAX_GAP`), ``w_2`` (the largest non-top ``w``), per row, and the far
-    entries' count and largest ``w`` per row (None if no row has one)."""
+    entries (``z >= -``:data:`FAST_MAX_GAP`) and ``w_2`` (the largest non-top ``w``), per row."""
     bsz, n = z.shape
     rows = np.arange(bsz)
     top = np.argmax(z, axis=-1)
@@ -202,12 +201,18 @@ def _ws_weights(
     w_rest[rows, top] = -np.inf
     w2 = np.maximum(np.max(w_rest, axis=-1), 0.0) if n > 1 else np.zeros(bsz)  # largest non-top w
     is_far = z < -FAST_MAX_GAP
+    if is_far.any():
+        w_min = np.where(is_far.any(axis=-1), np.min(np.where(is_far, np.inf, w), axis=-1), w_min)
+    return top, w, w_min, w2
+
+
+def _ws_far(z: FloatArray, w: FloatArray) -> tuple[FloatArray, FloatArray] | None:
+    """Per row, the number of far entries (``z < -``:data:`FAST_MAX_GAP`) and their largest computed ``w``;
+    None when no row has one (the bound then runs without the far terms at all)."""
+    is_far = z < -FAST_MAX_GAP
     if not is_far.any():
-        return top, w, w_min, w2, None
-    far_rows = is_far.any(axis=-1)
-    w_min = np.where(far_rows, np.min(np.where(is_far, np.inf, w), axis=-1), w_min)
-    far = is_far.sum(axis=-1).astype(np.float64), np.max(np.where(is_far, w, 0.0), axis=-1)
-    return top, w, w_min, w2, far
+        return None
+    return is_far.sum(axis=-1).astype(np.float64), np.max(np.where(is_far, w, 0.0), axis=-1)
 
 
 class _Record:
