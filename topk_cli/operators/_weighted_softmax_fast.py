@@ -28,10 +28,10 @@ FAST_MAX_GAP = 700.0
 _EXP_ERR = 8.0
 #: Absolute error allowed for ``np.exp`` at a far entry (``z < -``:data:`FAST_MAX_GAP`): 8 * 2^-1022.
 #: Where ``e^z >= 2^-1022`` the 8 ``u`` above give at most ``8 u e^{-700} < 2^-1059``; below, the exact
-#: value is under 2^-1022 and this allows a result anywhere in ``[0, 2^-1022 (1 + 8 u))`` plus more
-#: than 2^54 subnormal ulps, so it holds for an ``exp`` that loses every digit of a subnormal result.
-#: Measured (numpy 2.4, this machine's SIMD ``exp``, 350,001 points of ``[-746, -700]`` against mpmath):
-#: at most 0.502 ulp, 2049 * 2^-1074 absolute (in the normal part), 2^43 times below this.
+#: value is under 2^-1022, so this holds for any result in ``[0, 7 * 2^-1022]``: even for an ``exp``
+#: that loses every digit of a subnormal result (this is 2^55 subnormal ulps). Measured (numpy 2.4,
+#: this machine's SIMD ``exp``, 350,001 points of ``[-746, -700]`` against mpmath): at most 0.502 ulp,
+#: 2049 * 2^-1074 absolute (in the normal part), about 2^44 times below this.
 _EXP_ABS = 8.0 * 2.0**-1022
 #: Absolute rounding error of one float64 product or quotient whose result is subnormal (bounded
 #: generously: half of it would do).
@@ -103,9 +103,10 @@ def ws_fast(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     * the :data:`_TINY` guard ``min |q_i| min w_i`` runs over the near entries only (far products may be
       subnormal: their error is charged above).
 
-    Rows whose top ``k`` entries themselves span more than ~700 are not certified: once the near
-    entries have saturated, ``S`` is itself of the order of the far ``w_j``, so ``delta_F / S`` (or the
-    :data:`_TINY` guard on ``q_top``) exceeds the limits below; they go to the faithful path.
+    Rows where the far entries carry a share of ``S`` that matters are not certified: ``S`` is then
+    within a factor ~10^12 of ``delta_F`` (at least 8 * 2^-1022), so ``rho_S`` or ``e_p`` exceeds the limits
+    below, or ``q_top`` fell under :data:`_TINY` (``[0, -1000]`` at ``k = 2``, where the far entry gets half
+    a unit in round two); they go to the faithful path.
 
     A row is returned (``aux["fast"] = 1``) when ``e_p <=`` :data:`FAST_P_BOUND` and ``r, r_top <=``
     :data:`FAST_Q_BOUND`; ``aux["error_estimate"]`` is then ``e_p``. ``aux`` holds ``s`` and ``f`` per
