@@ -334,14 +334,22 @@ _BISECTIONS: dict[Callable[[FloatArray], FloatArray], ReferenceFn] = {}
 
 
 def threshold_bisection(f: Callable[[FloatArray], FloatArray]) -> ReferenceFn:
-    """Reference of ``p = f(z - lambda)``, ``sum p = k``, by bisection on lambda until the bracket stalls.
+    """Reference of ``p = f(z - lambda)``, ``sum p = k``, by bisection on lambda.
 
     The same ``f`` gives the same function (methods judged against it share its results).
 
-    ``f`` must be nondecreasing with ``f(t) ~ 1`` for ``t >= 40`` and ``n f(-log n - 1) < 1``
-    (true of exp, sigmoid, the Laplace CDF and clipped powers). Rows are trusted where float64
-    resolves lambda to 1e-11 (|lambda| below ~1e4), since ``f(z_i - lambda)`` cannot be more
-    accurate than the spacing of floats there.
+    A row stops as soon as the float64 total at the midpoint is exactly ``k`` (``lambda`` is that
+    midpoint, its weights sum to ``k``); otherwise when the bracket is two adjacent floats ``lo <
+    hi`` with ``sum f(z - lo) > k >= sum f(z - hi)`` (``lambda = (lo + hi) / 2``). At large
+    spreads the k largest ``f`` round to 1 and the rest to almost 0, so the float64 total is
+    exactly ``k`` over a wide range of lambda: every point of it is an equally good answer, and
+    the edge of the range is set by rounding alone. ``f`` is evaluated only on the rows still
+    moving (a row's total does not depend on the other rows).
+
+    ``f`` must be elementwise, nondecreasing with ``f(t) ~ 1`` for ``t >= 40`` and ``n f(-log n - 1)
+    < 1`` (true of exp, sigmoid, the Laplace CDF and clipped powers). Rows are trusted where
+    float64 resolves lambda to 1e-11 (|lambda| below ~1e4), since ``f(z_i - lambda)`` cannot be
+    more accurate than the spacing of floats there.
     """
 
     def reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
@@ -350,17 +358,34 @@ def threshold_bisection(f: Callable[[FloatArray], FloatArray]) -> ReferenceFn:
             return np.ones_like(z), np.ones(z.shape[0], dtype=bool)
         lo = np.min(np.where(np.isfinite(z), z, np.inf), axis=-1) - math.log(n) - 40.0  # sum f > k
         hi = np.max(z, axis=-1) + math.log(n) + 1.0  # sum f < 1 <= k
-        for _ in range(2200):  # stops when every bracket is two adjacent floats (~64 halvings)
+        lam = 0.5 * (lo + hi)
+        p = np.empty_like(z)
+        hit = np.zeros(z.shape[0], dtype=bool)  # rows whose weights were kept from an exact total
+        rows, zr = np.arange(z.shape[0]), z  # the rows still moving
+        for _ in range(2200):  # a row stops within ~64 halvings (adjacent floats) or earlier
             mid = 0.5 * (lo + hi)
             moving = (mid > lo) & (mid < hi)
-            if not moving.any():
+            if not moving.all():
+                lam[rows[~moving]] = mid[~moving]  # the midpoint of two adjacent floats
+                rows, zr, lo, hi, mid = rows[moving], zr[moving], lo[moving], hi[moving], mid[moving]
+            if rows.size == 0:
                 break
-            total = np.sum(f(z - mid[:, None]), axis=-1)
+            v = f(zr - mid[:, None])
+            total = np.sum(v, axis=-1)
+            exact = total == k
+            if exact.any():
+                done = rows[exact]
+                lam[done], p[done], hit[done] = mid[exact], v[exact], True
+                rest = ~exact
+                rows, zr, lo, hi, mid, total = rows[rest], zr[rest], lo[rest], hi[rest], mid[rest], total[rest]
             above = total > k
-            lo = np.where(moving & above, mid, lo)
-            hi = np.where(moving & ~above, mid, hi)
-        lam = 0.5 * (lo + hi)
-        return f(z - lam[:, None]), np.spacing(np.abs(lam)) <= 1e-11
+            lo = np.where(above, mid, lo)
+            hi = np.where(above, hi, mid)
+        else:  # the cap (never reached on finite brackets): as far as the brackets got
+            lam[rows] = 0.5 * (lo + hi)
+        rest = np.flatnonzero(~hit)
+        p[rest] = f(z[rest] - lam[rest, None])
+        return p, np.spacing(np.abs(lam)) <= 1e-11
 
     return _BISECTIONS.setdefault(f, reference)
 
