@@ -76,7 +76,8 @@ from topk_cli.references import (
 # the entries
 
 _THRESHOLD_REFERENCE = (
-    "bisection of sum f(z - lambda) = k to float64 convergence (independent of the {solver}), "
+    "bisection of sum f(z - lambda) = k in float64, until the computed total is exactly k or lambda is "
+    "bracketed by two adjacent floats (independent of the {solver}), "
     "where |lambda| < ~1e4"
 )
 _SEQUENTIAL_REFERENCE = "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6"
