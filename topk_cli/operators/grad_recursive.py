@@ -14,6 +14,9 @@ Derivatives come from ``grad``'s program (same function).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,6 +147,37 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
     )
 
 
+@dataclass
+class _TraceMemo:
+    """The trace of the forward pass's last run of the recursion, keyed on its exact input."""
+
+    key: tuple[str, tuple[int, ...], bytes, int] | None = None
+    trace: RecursionTrace | None = None
+
+
+_TRACE_MEMO: ContextVar[_TraceMemo | None] = ContextVar("grad_recursive_trace_memo", default=None)
+
+
+def _memo_key(z: FloatArray, k: int) -> tuple[str, tuple[int, ...], bytes, int]:
+    return z.dtype.str, z.shape, z.tobytes(), k
+
+
+@contextmanager
+def shared_trace() -> Iterator[None]:
+    """Run the recursion once for a forward pass and its trace on the same input.
+
+    Inside this block, the forward pass keeps the trace of its run of the recursion, and
+    :func:`grad_recursive_trace` called next on an input with the same bytes, shape and ``k``
+    returns it instead of running the recursion again (the same function of the same input:
+    the same values). One trace is kept at a time and handed out once; leaving the block drops it.
+    """
+    token = _TRACE_MEMO.set(_TraceMemo())
+    try:
+        yield
+    finally:
+        _TRACE_MEMO.reset(token)
+
+
 def grad_recursive_trace(z: FloatArray, k: int) -> RecursionTrace:
     """Trace the article's recursion row by row on a prepared ``(B, n)`` batch (see ``_base``).
 
@@ -168,6 +202,12 @@ def grad_recursive_trace(z: FloatArray, k: int) -> RecursionTrace:
     >>> t.kind.tolist(), t.failed_level.tolist(), t.argument.tolist()
     (['log0', 'ok'], [2, -1], [0.0, nan])
     """
+    memo = _TRACE_MEMO.get()
+    if memo is not None and memo.trace is not None:
+        trace, key = memo.trace, memo.key
+        memo.key, memo.trace = None, None  # handed out once
+        if key == _memo_key(z, k):
+            return trace
     return _run_recursion(z, k).trace
 
 
@@ -220,7 +260,10 @@ def _recursive_checked(z: FloatArray, k: int, exact: Forward | None) -> Forward:
     averaged).
     """
     rec = _run_recursion(z, k)
-    tr = rec.trace
+    tr = rec.trace  # read only below: its arrays are copied before any change
+    memo = _TRACE_MEMO.get()
+    if memo is not None:
+        memo.key, memo.trace = _memo_key(z, k), tr
     code = tr.kind.copy()
     level = tr.failed_level.copy()
     value = tr.argument.copy()
