@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
-from topk_cli.operators._logspace import logsumexp
+from topk_cli.operators._logspace import exp_into, logsumexp
 from topk_cli.operators._recursion_bound import RunningBound
 from topk_cli.operators.gradtopk import _grad_forward, _grad_forward_vjp, _grad_jacobian, _grad_vjp
 
@@ -104,7 +104,7 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for j in range(2, k + 1):
             np.subtract(log_zi, log_z[:, None], out=arg)
-            np.exp(arg, out=arg)
+            exp_into(arg, arg)
             np.subtract(1.0, arg, out=arg)
             worst = np.argmin(arg, axis=-1)  # the first NaN of a row that has one
             low = arg[every, worst]
@@ -130,7 +130,7 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
             log_z = logsumexp(log_zi, buf=tmp) - np.log(j)
             bound.lse(log_z, j)
             previous, arg = arg, previous
-        p = np.exp(np.subtract(log_zi, log_z[:, None], out=arg), out=arg)
+        p = exp_into(np.subtract(log_zi, log_z[:, None], out=arg), arg)
         q = np.subtract(1.0, p, out=tmp)
         p_bound, q_bound = bound.result(np.min(q, axis=-1))
     trace = RecursionTrace(
