@@ -12,6 +12,9 @@ from topk_cli.operators._base import FloatArray
 #: (IEEE 754: 0 below half the smallest subnormal, e^-745.13).
 EXP_ZERO_BELOW = -750.0
 
+#: Arrays smaller than this are passed to ``exp`` whole (the check costs more than it saves).
+_EXP_CHECK_SIZE = 512
+
 
 def exp_into(a: FloatArray, out: FloatArray) -> FloatArray:
     """``np.exp(a, out=out)``, the same bits, without the slow underflow path of ``exp``.
@@ -20,10 +23,10 @@ def exp_into(a: FloatArray, out: FloatArray) -> FloatArray:
     calling ``exp``, which takes a slow path there (about 3x a normal call: the underflow
     exception and ``errno``). Every other entry (NaN, +-inf, the subnormal results above it)
     is ``np.exp`` of it; other dtypes are plain ``np.exp``. ``out`` may be ``a``."""
-    if a.dtype != np.float64:
+    if a.dtype != np.float64 or a.size < _EXP_CHECK_SIZE:  # the check would cost more than it saves
         return np.exp(a, out=out)
     low = a < EXP_ZERO_BELOW  # False for NaN, which goes to exp
-    if not low.any():
+    if 4 * np.count_nonzero(low) < a.size:  # exp with a sparse mask is slower than the plain one
         return np.exp(a, out=out)
     np.exp(a, out=out, where=~low)
     np.copyto(out, 0.0, where=low)
