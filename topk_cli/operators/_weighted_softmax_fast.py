@@ -18,13 +18,24 @@ FAST_P_BOUND = 1e-12
 #: ... and the bound on the relative error of every ``1 - p_i`` is at most this (the complement is
 #: reported relatively accurately, as the faithful path does).
 FAST_Q_BOUND = 1e-10
-#: Largest gap ``max z - min z`` of a row the fast path takes: ``e^{-700}`` (2^-1010) is a normal
-#: float64, so every ``e^{z_j}`` keeps its relative accuracy (products ``q_j e^{z_j}`` are guarded
-#: separately, see :data:`_TINY`).
+#: Entries ``z_j >= -FAST_MAX_GAP`` ("near") have a normal ``e^{z_j}`` (``e^{-700}`` is 2^-1010), which
+#: keeps its relative accuracy (products ``q_j e^{z_j}`` are guarded separately, see :data:`_TINY`);
+#: the others ("far") may have a subnormal or zero ``e^{z_j}``, whose errors the bound of
+#: :func:`ws_fast` takes as absolute (:data:`_EXP_ABS`).
 FAST_MAX_GAP = 700.0
 #: Error allowed for one float64 ``np.exp``, in units of ``u``: 4 ulps (8 u), a generous margin over
 #: the < 1 ulp of glibc's ``exp`` and numpy's vectorised one (``exp(0) = 1`` is exact).
 _EXP_ERR = 8.0
+#: Absolute error allowed for ``np.exp`` at a far entry (``z < -``:data:`FAST_MAX_GAP`): 8 * 2^-1022.
+#: Where ``e^z >= 2^-1022`` the 8 ``u`` above give at most ``8 u e^{-700} < 2^-1059``; below, the exact
+#: value is under 2^-1022, so this holds for any result in ``[0, 7 * 2^-1022]``: even for an ``exp``
+#: that loses every digit of a subnormal result (this is 2^55 subnormal ulps). Measured (numpy 2.4,
+#: this machine's SIMD ``exp``, 350,001 points of ``[-746, -700]`` against mpmath): at most 0.502 ulp,
+#: 2049 * 2^-1074 absolute (in the normal part), about 2^44 times below this.
+_EXP_ABS = 8.0 * 2.0**-1022
+#: Absolute rounding error of one float64 product or quotient whose result is subnormal (bounded
+#: generously: half of it would do).
+_SUBNORMAL = 2.0**-1074
 #: Smallest ``|q_i| e^{z_i}`` (a lower bound, per row) the relative bounds hold for: products and
 #: quotients above the float64 normal range (2^-1022) round to ``u`` relative.
 _TINY = 2.0**-1020
@@ -33,7 +44,8 @@ _TINY = 2.0**-1020
 def ws_fast(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     """The ``k`` rounds of ``weighted-softmax`` in linear float64, with a certified error bound per row.
 
-    Rows must be free of masked entries, have ``max z = 0`` and ``min z >= -``:data:`FAST_MAX_GAP`.
+    Rows must be free of masked entries and have ``max z = 0``; entries below ``-``:data:`FAST_MAX_GAP`
+    ("far", set ``F``) are allowed, see the last part of the bound.
     One ``exp`` pass for the whole computation: ``w = e^z`` (``w_top = 1`` exactly for the first
     maximal entry, "top"). Per round, ``u = q w``, ``X = sum_{j != top} u_j`` (:func:`_tree_sum`),
     ``S = X + q_top``, ``s = u / S``, ``p <- p + s`` and ``q_i <- q_i f_i`` with ``f_i = 1 - w_i / S``
@@ -69,6 +81,33 @@ def ws_fast(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     product underflows; a subnormal ``s_i`` adds at most ``2^-1074`` to ``p``, far inside the final
     ``1 + 32 k u``, which covers the rounding of the bound itself.
 
+    Far entries (``z_j < -``:data:`FAST_MAX_GAP`): ``w_j = e^{z_j}`` may be subnormal or 0, so its error
+    is taken as absolute, ``|dw_j| <= E`` (:data:`_EXP_ABS`), and every product or quotient with a
+    subnormal result as ``u`` relative plus ``eta = 2^-1074`` absolute (:data:`_SUBNORMAL`). The terms above
+    stay as they are (their relative ``eps_exp`` is then only an over-estimate for these entries) and
+    these are added, per row with ``|F| > 0`` (rows without far entries get exactly today's bound):
+
+    * computed far ``q_j`` are bounded: ``q_j = 1`` at first, and each round's ``f_j = fl(1 - fl(w_j
+      fl(1 / S)))`` (``S`` of either sign: a top entry's ``q`` may go negative) lies within ``1 +- g``,
+      ``g = w_F |fl(1 / S)| (1 + 8 u)``, ``w_F`` the largest computed far ``w``; so ``0 < f_F = (1 - g)(1
+      - 4 u) <= f_j`` and ``|q_j f_j| <= |q_j| (1 + g)(1 + 4 u)`` (rounding included), and ``Q``, the
+      product of those factors over the earlier rounds, bounds ``|q_j|``. A row is certified only if
+      ``f_F > 0`` in every round (so the products ``q_j f_j`` never underflow either);
+    * ``u_j = fl(q_j w_j)`` errs, beyond the relative terms (``r``, ``u``) already in ``|dS|``, by
+      ``|q_j| |dw_j| + eta <= Q E + eta``: ``|dS|`` (through ``|dX|``) gains ``delta_F = |F| (Q E + eta)``,
+      and ``rho_S``, ``f_top``, ``s_top`` and the non-top ``s_i`` follow from ``|dS|`` as above;
+    * far ``s_j = fl(u_j fl(1 / S))`` errs, beyond its relative terms, by ``(Q E + eta) / |S| + eta``:
+      ``e_p`` gains that per round (also in the sum-of-``s`` form for all-positive rows);
+    * far ``f_j``: ``fl(w_j fl(1 / S))`` errs, beyond the ``G`` terms, by ``E / |S| + eta``, so the
+      relative error of ``f_j`` (and the non-top ``r``) gains ``(E / |S| + eta) / f_F``;
+    * the :data:`_TINY` guard ``min |q_i| min w_i`` runs over the near entries only (far products may be
+      subnormal: their error is charged above).
+
+    Rows where the far entries carry a share of ``S`` that matters are not certified: ``S`` is then
+    within a factor ~10^12 of ``delta_F`` (at least 8 * 2^-1022), so ``rho_S`` or ``e_p`` exceeds the limits
+    below, or ``q_top`` fell under :data:`_TINY` (``[0, -1000]`` at ``k = 2``, where the far entry gets half
+    a unit in round two); they go to the faithful path.
+
     A row is returned (``aux["fast"] = 1``) when ``e_p <=`` :data:`FAST_P_BOUND` and ``r, r_top <=``
     :data:`FAST_Q_BOUND`; ``aux["error_estimate"]`` is then ``e_p``. ``aux`` holds ``s`` and ``f`` per
     round as the faithful path does, but ``rho = e^z / S`` and ``c = 1 - s`` only compactly: ``1 / S``
@@ -86,6 +125,7 @@ def _ws_fast_w(z: FloatArray, k: int, store: bool) -> tuple[Forward, FloatArray]
     scratch buffers."""
     bsz, n = z.shape
     top, w, w_min, w2 = _ws_weights(z)
+    far = _ws_far(z, w)
     p, q = np.zeros_like(z), np.ones_like(z)
     rec = _Record(bsz, k)
     aux: dict[str, FloatArray] = {}
@@ -100,7 +140,7 @@ def _ws_fast_w(z: FloatArray, k: int, store: bool) -> tuple[Forward, FloatArray]
         nb = min(step, bsz - lo)
         out = {name: val[b] for name, val in aux.items()} if store else None
         _ws_run(w[b], top[b], w2[b], k, p[b], q[b], rec.view(b), out, (scratch[0][:nb], scratch[1][:nb]))
-    e_p, certified = _ws_bound(rec, w2, w_min, q[np.arange(bsz), top], k, n)
+    e_p, certified = _ws_bound(rec, w2, w_min, q[np.arange(bsz), top], k, n, far)
     fwd = Forward(p=p, q=q)
     if store:
         aux["top"] = top.astype(np.float64)
@@ -126,6 +166,7 @@ def ws_fast_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArr
     meaningful (``aux["fast"]``); the caller recomputes the others."""
     bsz, n = z.shape
     top, w, w_min, w2 = _ws_weights(z)
+    far = _ws_far(z, w)
     p, q, out = np.zeros_like(z), np.ones_like(z), np.empty_like(z)
     rec = _Record(bsz, k)
     step = max(1, min(_FWD_BLOCK // n, _VJP_BLOCK // (n * k), bsz))
@@ -142,15 +183,15 @@ def ws_fast_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArr
         fwd.aux = {**blk, "top": top[b].astype(np.float64)}
         with np.errstate(over="ignore", invalid="ignore"):  # uncertified rows may overflow: recomputed
             out[b] = _ws_vjp_compact(fwd, w[b], k, -v[b])
-    e_p, certified = _ws_bound(rec, w2, w_min, q[np.arange(bsz), top], k, n)
+    e_p, certified = _ws_bound(rec, w2, w_min, q[np.arange(bsz), top], k, n, far)
     whole = Forward(p=p, q=q)
     whole.aux = {"error_estimate": e_p, "fast": certified.astype(np.float64)}
     return whole, out
 
 
 def _ws_weights(z: FloatArray) -> tuple[NDArray[np.intp], FloatArray, FloatArray, FloatArray]:
-    """``top`` (the first maximal entry), ``w = e^z`` with ``w_top = 1`` exactly, ``min w`` and ``w_2``
-    (the largest non-top ``w``), per row."""
+    """``top`` (the first maximal entry), ``w = e^z`` with ``w_top = 1`` exactly, ``min w`` over the near
+    entries (``z >= -``:data:`FAST_MAX_GAP`) and ``w_2`` (the largest non-top ``w``), per row."""
     bsz, n = z.shape
     rows = np.arange(bsz)
     top = np.argmax(z, axis=-1)
@@ -160,7 +201,19 @@ def _ws_weights(z: FloatArray) -> tuple[NDArray[np.intp], FloatArray, FloatArray
     w_rest = w.copy()
     w_rest[rows, top] = -np.inf
     w2 = np.maximum(np.max(w_rest, axis=-1), 0.0) if n > 1 else np.zeros(bsz)  # largest non-top w
+    is_far = z < -FAST_MAX_GAP
+    if is_far.any():
+        w_min = np.where(is_far.any(axis=-1), np.min(np.where(is_far, np.inf, w), axis=-1), w_min)
     return top, w, w_min, w2
+
+
+def _ws_far(z: FloatArray, w: FloatArray) -> tuple[FloatArray, FloatArray] | None:
+    """Per row, the number of far entries (``z < -``:data:`FAST_MAX_GAP`) and their largest computed ``w``;
+    None when no row has one (the bound then runs without the far terms at all)."""
+    is_far = z < -FAST_MAX_GAP
+    if not is_far.any():
+        return None
+    return is_far.sum(axis=-1).astype(np.float64), np.max(np.where(is_far, w, 0.0), axis=-1)
 
 
 class _Record:
@@ -226,11 +279,14 @@ def _ws_run(
 
 
 def _ws_bound(
-    rec: _Record, w2: FloatArray, w_min: FloatArray, q_top_end: FloatArray, k: int, n: int
+    rec: _Record, w2: FloatArray, w_min: FloatArray, q_top_end: FloatArray, k: int, n: int,
+    far: tuple[FloatArray, FloatArray] | None = None,
 ) -> tuple[FloatArray, NDArray[np.bool_]]:
     """The bound of :func:`ws_fast` from the rounds' record (the docstring there): ``e_p`` (``1 + 32 k
     u`` included) and whether the row is certified. Terms that do not depend on the propagated errors
-    are formed for every round at once."""
+    are formed for every round at once. ``far`` (per row: number of far entries, their largest ``w``)
+    adds the far entries' absolute terms; on rows without far entries those are exact zeros, added
+    to the same values, so those rows' bits are those of the bound without them."""
     u = _UNIT
     eps_w = _EXP_ERR * u
     gamma = 1.01 * (_tree_sum_depth(n) + 1) * u
@@ -259,17 +315,36 @@ def _ws_bound(
         q_low = np.ones(bsz)  # lower bound on min_{i != top} |q_i|
         err_s_max = np.zeros(bsz)  # largest relative error of an s_i so far
         ok = np.ones(bsz, dtype=bool)
+        abs_sum = np.zeros(bsz)  # the far s_j's absolute errors, summed over the rounds
+        if far is not None:
+            n_far, w_far = far
+            has = n_far > 0
+            gain = w_far * np.abs(inv) * (1.0 + 8.0 * u)
+            f_far = (1.0 - gain) * (1.0 - 4.0 * u)  # bounds on the computed far f_j (and q_j f_j), (k, B)
+            q_far = np.cumprod(np.vstack([np.ones((1, bsz)), (1.0 + gain[:-1]) * (1.0 + 4.0 * u)]), axis=0)
+            ok &= ~has | (f_far > 0).all(axis=0)
+            abs_u = q_far * _EXP_ABS + _SUBNORMAL  # absolute error of a far u_j beyond its relative terms
+            d_far = np.where(has, 1.01 * n_far * abs_u, 0.0)
+            err_f_far = np.where(has, 1.01 * (_EXP_ABS / s_abs + _SUBNORMAL) / f_far, 0.0)
+            err_s_far = np.where(has, 1.01 * abs_u / s_abs + _SUBNORMAL, 0.0)
         for t in range(k):
             d_x = (1.01 * (r + eps_w + u) + gamma) * a_sum[t]
+            if far is not None:
+                d_x = d_x + d_far[t]
             d_top = d_x + r_top * abs_q_top[t]
             rho_s = (d_top + u * s_abs[t]) / s_abs[t]
             err_f = 1.01 * g_max[t] * (eps_w + rho_s + 2.0 * u) + u
+            if far is not None:
+                err_f = err_f + err_f_far[t]
             err_v_top = (d_top + u * abs_one_minus[t]) / v_abs[t]
             err_f_top = 1.01 * (d_top / (s_abs[t] * v_abs[t]) + u * abs_one_minus[t] / v_abs[t]) + 4.0 * u
             p_max += kappa[t]
             err_s_top = r_top * c_top[t] + d_x / s_abs[t] + 3.0 * u
             err_s = r + eps_w + rho_s + 3.0 * u  # relative error of the non-top s_i
             e_p += 1.01 * np.maximum(s_top[t] * err_s_top, (kappa[t] - s_top[t]) * err_s) + u * p_max
+            if far is not None:
+                e_p += err_s_far[t]
+                abs_sum += err_s_far[t]
             err_s_max = np.maximum(err_s_max, np.maximum(err_s_top, err_s))
             r = r + 1.01 * err_f + u
             r_top = r_top + err_f_top + u
@@ -278,7 +353,7 @@ def _ws_bound(
         # with every q_i > 0 in every round, every s_i >= 0 and p_i = sum_t s_i < 1: the errors of the
         # s_i add up to at most the largest relative one (and the additions to p to k u)
         all_positive &= rec["positive"][k - 1] & (q_top_end > 0)
-        e_p = np.where(all_positive, np.minimum(e_p, 1.01 * err_s_max + k * u), e_p)
+        e_p = np.where(all_positive, np.minimum(e_p, 1.01 * err_s_max + k * u + abs_sum), e_p)
         slack = 1.0 + 32.0 * k * u
         e_p *= slack
         certified = (ok & (e_p <= FAST_P_BOUND) & (slack * r <= FAST_Q_BOUND) & (slack * r_top <= FAST_Q_BOUND)

@@ -21,7 +21,6 @@ from topk_cli.operators._logsigned import (
 )
 from topk_cli.operators._weighted_softmax_faithful import _ws_faithful
 from topk_cli.operators._weighted_softmax_fast import (
-    FAST_MAX_GAP,
     _ws_expand,
     _ws_expand_rows,
     _ws_rounds,
@@ -35,10 +34,11 @@ from topk_cli.operators._weighted_softmax_fast import (
 def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
     """``k`` rounds of ``p <- p + q e^z / sum(q e^z)`` with ``q = 1 - p``, certified fast or faithful.
 
-    Rows without masked entries whose gap ``max z - min z`` is at most
-    :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP` first go through
+    Rows without masked entries first go through
     :func:`~topk_cli.operators._weighted_softmax_fast.ws_fast` (plain float64 rounds with a rigorous
-    error bound); the rows it cannot certify, and the others, are computed by :func:`_ws_faithful`.
+    error bound, which takes the errors of entries more than
+    :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP` below the maximum as absolute); the
+    rows it cannot certify, and the others, are computed by :func:`_ws_faithful`.
     ``aux["fast"]`` is 1.0 on the rows the fast path returned.
 
     The rounds (``k`` arrays of ``n`` per row) are not kept: a forward pass needs ``O(B n)`` memory on
@@ -52,11 +52,11 @@ def weighted_softmax_topk(z: FloatArray, k: int) -> Forward:
 
 
 def _eligible(z: FloatArray) -> NDArray[np.bool_]:
-    """The rows the fast path takes: no masked entry, ``max z = 0`` and a gap of at most
-    :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP`."""
+    """The rows the fast path takes: no masked entry and ``max z = 0``. Entries more than
+    :data:`~topk_cli.operators._weighted_softmax_fast.FAST_MAX_GAP` below the maximum are allowed (their
+    ``e^z`` may be subnormal or 0: the fast path's bound charges them absolutely)."""
     with np.errstate(invalid="ignore"):  # -inf - -inf on fully masked input: not eligible
-        return np.asarray(np.isfinite(z).all(axis=-1) & (z.max(axis=-1) == 0.0)
-                          & (z.min(axis=-1) >= -FAST_MAX_GAP), dtype=bool)
+        return np.asarray(np.isfinite(z).all(axis=-1) & (z.max(axis=-1) == 0.0), dtype=bool)
 
 
 def _ws_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
