@@ -47,6 +47,7 @@ from topk_cli.analysis.probe_grid import resolve_k as resolve_k
 from topk_cli.api import evaluate, get_method, scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray, tie_groups
+from topk_cli.operators.grad_recursive import shared_trace
 from topk_cli.recursion import RecursionOutlook, recursion_outlook
 from topk_cli.references import ReferenceContext
 from topk_cli.registry import METHODS, MONTE_CARLO_STDERRS, MethodSpec
@@ -374,8 +375,9 @@ def _run_unit(u: _Unit) -> list[CellResult]:
         for method in u.names:
             spec = get_method(method)
             try:
-                batch = _classify(spec, x, z, k, u.tau, u.tolerance, ctx, order)
-                detection = _detect(spec, z, k, ctx)
+                with shared_trace():  # the trace of the recursion the forward pass ran, not a rerun
+                    batch = _classify(spec, x, z, k, u.tau, u.tolerance, ctx, order)
+                    detection = _detect(spec, z, k, ctx)
             except MemoryError as exc:  # the estimate above covers the probe, not every method
                 raise InvalidArgumentError(
                     f"the cell n={u.n}, k={k} with {u.trials} trials needs more memory than is available "

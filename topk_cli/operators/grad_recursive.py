@@ -14,13 +14,16 @@ Derivatives come from ``grad``'s program (same function).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
-from topk_cli.operators._logspace import logsumexp
+from topk_cli.operators._logspace import exp_into, logsumexp
 from topk_cli.operators._recursion_bound import RunningBound
 from topk_cli.operators.gradtopk import _grad_forward, _grad_forward_vjp, _grad_jacobian, _grad_vjp
 
@@ -101,7 +104,7 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for j in range(2, k + 1):
             np.subtract(log_zi, log_z[:, None], out=arg)
-            np.exp(arg, out=arg)
+            exp_into(arg, arg)
             np.subtract(1.0, arg, out=arg)
             worst = np.argmin(arg, axis=-1)  # the first NaN of a row that has one
             low = arg[every, worst]
@@ -127,7 +130,7 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
             log_z = logsumexp(log_zi, buf=tmp) - np.log(j)
             bound.lse(log_z, j)
             previous, arg = arg, previous
-        p = np.exp(np.subtract(log_zi, log_z[:, None], out=arg), out=arg)
+        p = exp_into(np.subtract(log_zi, log_z[:, None], out=arg), arg)
         q = np.subtract(1.0, p, out=tmp)
         p_bound, q_bound = bound.result(np.min(q, axis=-1))
     trace = RecursionTrace(
@@ -142,6 +145,37 @@ def _run_recursion(z: FloatArray, k: int) -> _Recursion:
         p=p, trace=trace, entry=entry, min_level=min_level, min_entry=min_entry, q=q, p_bound=p_bound,
         q_bound=q_bound,
     )
+
+
+@dataclass
+class _TraceMemo:
+    """The trace of the forward pass's last run of the recursion, keyed on its exact input."""
+
+    key: tuple[str, tuple[int, ...], bytes, int] | None = None
+    trace: RecursionTrace | None = None
+
+
+_TRACE_MEMO: ContextVar[_TraceMemo | None] = ContextVar("grad_recursive_trace_memo", default=None)
+
+
+def _memo_key(z: FloatArray, k: int) -> tuple[str, tuple[int, ...], bytes, int]:
+    return z.dtype.str, z.shape, z.tobytes(), k
+
+
+@contextmanager
+def shared_trace() -> Iterator[None]:
+    """Run the recursion once for a forward pass and its trace on the same input.
+
+    Inside this block, the forward pass keeps the trace of its run of the recursion, and
+    :func:`grad_recursive_trace` called next on an input with the same bytes, shape and ``k``
+    returns it instead of running the recursion again (the same function of the same input:
+    the same values). One trace is kept at a time and handed out once; leaving the block drops it.
+    """
+    token = _TRACE_MEMO.set(_TraceMemo())
+    try:
+        yield
+    finally:
+        _TRACE_MEMO.reset(token)
 
 
 def grad_recursive_trace(z: FloatArray, k: int) -> RecursionTrace:
@@ -168,6 +202,12 @@ def grad_recursive_trace(z: FloatArray, k: int) -> RecursionTrace:
     >>> t.kind.tolist(), t.failed_level.tolist(), t.argument.tolist()
     (['log0', 'ok'], [2, -1], [0.0, nan])
     """
+    memo = _TRACE_MEMO.get()
+    if memo is not None and memo.trace is not None:
+        trace, key = memo.trace, memo.key
+        memo.key, memo.trace = None, None  # handed out once
+        if key == _memo_key(z, k):
+            return trace
     return _run_recursion(z, k).trace
 
 
@@ -220,7 +260,10 @@ def _recursive_checked(z: FloatArray, k: int, exact: Forward | None) -> Forward:
     averaged).
     """
     rec = _run_recursion(z, k)
-    tr = rec.trace
+    tr = rec.trace  # read only below: its arrays are copied before any change
+    memo = _TRACE_MEMO.get()
+    if memo is not None:
+        memo.key, memo.trace = _memo_key(z, k), tr
     code = tr.kind.copy()
     level = tr.failed_level.copy()
     value = tr.argument.copy()
