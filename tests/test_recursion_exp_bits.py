@@ -1,5 +1,6 @@
-"""``exp_into`` (``exp`` without its slow underflow path) keeps every bit, so do ``logsumexp``,
-GradTopK's recursion and its outlook, and the probe's records.
+"""``exp_into`` and ``exp_new`` (``exp`` without its slow underflow path) keep every bit, so do
+``logsumexp``, GradTopK's recursion and its outlook, the other operators and references that call
+them, and the probe's records.
 
 The oracle is the code before the change: ``np.exp`` everywhere and :func:`_old_logsumexp`,
 a verbatim copy of the previous ``logsumexp``.
@@ -19,8 +20,17 @@ from topk_cli import recursion, references
 from topk_cli.analysis.probe import stability_probe
 from topk_cli.analysis.probe_grid import draw_scores, parse_scales
 from topk_cli.api import scaled_scores
-from topk_cli.operators import _logsigned, gradtopk, iterative, topk_softmax
-from topk_cli.operators._logspace import EXP_ZERO_BELOW, exp_into, logsumexp
+from topk_cli.operators import (
+    _iterative_fast,
+    _logsigned,
+    _weighted_softmax_faithful,
+    gradtopk,
+    iterative,
+    sinkhorn,
+    threshold,
+    topk_softmax,
+)
+from topk_cli.operators._logspace import EXP_ZERO_BELOW, exp_into, exp_new, logsumexp
 from topk_cli.references import ReferenceContext, esp_logs, forward_len
 
 
@@ -40,6 +50,15 @@ def _plain_exp(a: np.ndarray, out: np.ndarray) -> np.ndarray:
     return np.exp(a, out=out)
 
 
+def _plain_exp_new(a: np.ndarray) -> np.ndarray:
+    return np.exp(a)
+
+
+#: Every module that calls ``exp_into`` or ``exp_new``.
+_EXP_USERS = (gr, references, gradtopk, iterative, _iterative_fast, _logsigned, _weighted_softmax_faithful, sinkhorn,
+              threshold)
+
+
 @pytest.fixture
 def old_code(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Once called, every module on the probe's path computes exactly as before the change."""
@@ -47,7 +66,10 @@ def old_code(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         for module in (gr, recursion, references, gradtopk, iterative, topk_softmax, _logsigned):
             if hasattr(module, "logsumexp"):
                 monkeypatch.setattr(module, "logsumexp", _old_logsumexp)
-        monkeypatch.setattr(gr, "exp_into", _plain_exp)
+        for module in _EXP_USERS:
+            for name, plain in (("exp_into", _plain_exp), ("exp_new", _plain_exp_new)):
+                if hasattr(module, name):
+                    monkeypatch.setattr(module, name, plain)
     return use
 
 
@@ -92,9 +114,11 @@ def test_exp_into_is_np_exp_bit_for_bit(layout: str) -> None:
     with np.errstate(all="ignore"):
         want = np.exp(a)
         got = exp_into(a, np.empty_like(a))
+        fresh = exp_new(a)
         in_place = a.copy()
         exp_into(in_place, in_place)
     assert got.tobytes() == want.tobytes()
+    assert fresh.tobytes() == want.tobytes()
     assert in_place.tobytes() == want.tobytes()
 
 
@@ -107,6 +131,7 @@ def test_exp_below_the_cut_is_zero_and_other_dtypes_are_plain() -> None:
         for dtype in (np.float32, np.longdouble):
             a = np.array([-800.0, -50.0, -1e4, -np.inf], dtype=dtype)
             assert np.array_equal(exp_into(a, np.empty_like(a)), np.exp(a))  # longdouble bytes carry padding
+            assert np.array_equal(exp_new(a), np.exp(a)) and exp_new(a).dtype == dtype
     assert np.exp(np.array([-800.0], dtype=np.longdouble))[0] > 0  # hence no cut there
 
 
@@ -168,8 +193,9 @@ def test_trace_forward_and_outlook_keep_their_bits_on_the_probe_grid(old_code: C
 
 
 def test_probe_report_keeps_its_bits(old_code: Callable[[], None]) -> None:
-    grid = {"methods": ["grad-recursive", "grad"], "ns": [10, 100], "ks": [1, 2, 5, 50], "trials": 5,
-            "scales": parse_scales("0.1:1e4:7")}
+    grid = {"methods": ["grad-recursive", "grad", "ot-sinkhorn", "thre-sigmoid", "thre-exp", "thre-laplace",
+                        "iterative", "weighted-softmax"],
+            "ns": [10, 100], "ks": [1, 2, 5, 50], "trials": 5, "scales": parse_scales("0.1:1e4:7")}
     new = stability_probe(**grid)  # type: ignore[arg-type]
     old_code()
     assert repr(stability_probe(**grid)) == repr(new)  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
-from topk_cli.operators._logspace import logsumexp
+from topk_cli.operators._logspace import exp_new, logsumexp
 
 LongArray = NDArray[np.longdouble]
 AnyFloat = NDArray[np.floating[Any]]
@@ -392,19 +392,19 @@ def threshold_bisection(f: Callable[[FloatArray], FloatArray]) -> ReferenceFn:
 
 def f_exp(t: FloatArray) -> FloatArray:
     """``min(1, e^t)``."""
-    return np.exp(np.minimum(t, 0.0))
+    return exp_new(np.minimum(t, 0.0))
 
 
 def f_sigmoid(t: FloatArray) -> FloatArray:
     """The logistic sigmoid, without overflow."""
-    e = np.exp(np.copysign(t, -1.0))  # e^{-|t|}
+    e = exp_new(np.copysign(t, -1.0))  # e^{-|t|}
     d = e + 1.0
     return np.where(t >= 0, 1.0 / d, np.divide(e, d, out=e))
 
 
 def f_laplace(t: FloatArray) -> FloatArray:
     """The Laplace CDF ``1 - e^{-t}/2`` (t >= 0), ``e^t/2`` (t < 0)."""
-    half = np.exp(np.copysign(t, -1.0))  # e^{-|t|}
+    half = exp_new(np.copysign(t, -1.0))  # e^{-|t|}
     half *= 0.5
     return np.where(t >= 0, 1.0 - half, half)
 

@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from topk_cli.operators._base import FloatArray, Forward
 from topk_cli.operators._logsigned import _UNIT
+from topk_cli.operators._logspace import exp_into
 
 #: The fast path returns a row only if its certified bound on the absolute error of ``p`` is at
 #: most this (1000 times below :data:`ILL_CONDITIONED_TOLERANCE`, the accuracy the README states
@@ -133,7 +134,7 @@ def _it_fast_block(
             top = y.argmax(axis=-1)
             m = y[rows, top]
             y -= m[:, None]
-        np.exp(y, out=y)  # in the contiguous buffer: the blocked sum reshapes it without a copy
+        exp_into(y, y)  # in the contiguous buffer: the blocked sum reshapes it without a copy
         y[rows, top] = 0.0
         rest = _blocked_sum(y)
         total = 1.0 + rest

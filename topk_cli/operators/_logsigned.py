@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from topk_cli.errors import NumericalFailureError, RowFailure
 from topk_cli.operators._base import OK, FloatArray, Forward, average_ties
-from topk_cli.operators._logspace import logsumexp
+from topk_cli.operators._logspace import exp_new, logsumexp
 
 _NEG_INF = -np.inf
 
@@ -54,7 +54,7 @@ def _signed_add(
 
 def _to_linear(sign: FloatArray, log_abs: FloatArray) -> FloatArray:
     with np.errstate(over="ignore"):  # a pole (S -> 0) overflows: reported by the caller
-        return np.where(sign == 0, 0.0, sign * np.exp(log_abs))
+        return np.where(sign == 0, 0.0, sign * exp_new(log_abs))
 
 
 def _exclusive_sum(x: FloatArray) -> FloatArray:
@@ -365,7 +365,7 @@ def _lse_added(parts: FloatArray) -> tuple[FloatArray, FloatArray]:
     top = np.max(parts, axis=-1, keepdims=True)
     safe = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(divide="ignore"):  # empty sums: log 0
-        added = np.log(np.sum(np.exp(parts - safe), axis=-1, keepdims=True))
+        added = np.log(np.sum(exp_new(parts - safe), axis=-1, keepdims=True))
     return top, np.where(np.isfinite(top), added, 0.0)
 
 

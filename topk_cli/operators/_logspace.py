@@ -33,6 +33,12 @@ def exp_into(a: FloatArray, out: FloatArray) -> FloatArray:
     return out
 
 
+
+def exp_new(a: FloatArray) -> FloatArray:
+    """``np.exp(a)`` into a new array, the same bits, through :func:`exp_into` (for the arrays where
+    many arguments lie far below the float64 range of ``exp``: wide rows, log-space tables)."""
+    return exp_into(a, np.empty_like(a))
+
 def logsumexp(a: FloatArray, axis: int = -1, *, buf: FloatArray | None = None) -> FloatArray:
     """``log(sum(exp(a)))`` along ``axis``; ``-inf`` for an all ``-inf`` slice, never NaN.
 

@@ -29,6 +29,7 @@ from topk_cli.operators._logsigned import (
     _RoundingErrors,
     _to_linear,
 )
+from topk_cli.operators._logspace import exp_into, exp_new
 
 #: (1, -1) against a (B, n) array: ``_SIGNS * x > 0`` is ``(x > 0, x < 0)`` stacked, in one operation
 _SIGNS = np.array([1.0, -1.0])[:, None, None]
@@ -53,7 +54,7 @@ def _log1pexp_added(gap: FloatArray) -> FloatArray:
     """The term ``log(1 + e^{-gap})`` that ``logaddexp`` of two logs ``gap = |x - other|`` apart adds to the
     larger; 0 if one is empty."""
     fin = np.isfinite(gap)
-    return np.where(fin, np.log1p(np.exp(-np.where(fin, gap, 0.0))), 0.0)
+    return np.where(fin, np.log1p(exp_new(-np.where(fin, gap, 0.0))), 0.0)
 
 
 def _log_diff_added(gap: FloatArray) -> FloatArray:
@@ -75,7 +76,7 @@ def _log_diff_with_added(lpos: FloatArray, lneg: FloatArray) -> tuple[FloatArray
     both = np.log(-np.expm1(np.where(fin, gap, -1.0)))  # = log(-expm1(where(near, gap, -1))) where near
     added = np.where(fin & np.isfinite(both), both, 0.0)
     near = gap > -np.log(2.0)
-    tail = np.where(near, both, np.log1p(-np.exp(gap)))
+    tail = np.where(near, both, np.log1p(-exp_new(gap)))
     fin_hi = np.isfinite(hi)
     sign = np.sign(lpos - np.where(fin_hi, lneg, lpos))
     sign = np.where((lpos == _NEG_INF) & np.isfinite(lneg), -1.0, sign)
@@ -97,12 +98,12 @@ def _lse_exclusive(a: FloatArray, rows: NDArray[np.intp]) -> tuple[FloatArray, F
     top_fin = np.isfinite(top)
     top_safe = np.where(top_fin, top, 0.0)
     shifted = both - top_safe
-    lse = np.log(np.exp(shifted, out=shifted).sum(axis=-1, keepdims=True))
+    lse = np.log(exp_into(shifted, shifted).sum(axis=-1, keepdims=True))
     sums = lse + top_safe
     added = np.where(top_fin, lse, 0.0)
     total = sums[:bsz]
     total_fin = np.isfinite(total)
-    added_out = np.log1p(-np.minimum(np.exp(a - np.where(total_fin, total, 0.0)), 1.0))
+    added_out = np.log1p(-np.minimum(exp_new(a - np.where(total_fin, total, 0.0)), 1.0))
     out = total + added_out
     out[rows, big] = sums[bsz:, 0]
     out = np.where(total_fin, out, _NEG_INF)
@@ -151,7 +152,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             m = a.max(axis=-1, keepdims=True)
             m = np.where(np.isfinite(m), m, 0.0)
             am = a - m
-            e = np.where(q_zero, 0.0, sq * np.exp(am))
+            e = np.where(q_zero, 0.0, sq * exp_new(am))
             s_lin = e.sum(axis=-1, keepdims=True)
             pole = s_lin[:, 0] == 0
             if pole.any():
@@ -213,9 +214,9 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
                 np.abs(x) for x in (a, am, lq, m, lv, lvm, l_f, log_s))
             err_u = _rnd_abs(abs_a, fin_a, abs_lq, abs_z) + _rnd_abs(abs_am, np.isfinite(am), abs_a, abs_m) + _UNIT
             lpe_err = _rnd_abs(np.abs(lpe), np.isfinite(lpe), np.abs(lp), abs_z)
-            err_part = (_times(np.exp(x2 - v2), excl2) + _times(np.exp(other2 - v2), lpe_err)
+            err_part = (_times(exp_new(x2 - v2), excl2) + _times(exp_new(other2 - v2), lpe_err)
                         + _rnd_log(v2, _log1pexp_added(np.abs(x2 - other2))))
-            gain = np.exp(v2 - lv)  # P_i / |V_i|, N_i / |V_i|: the cancellation of V_i
+            gain = exp_new(v2 - lv)  # P_i / |V_i|, N_i / |V_i|: the cancellation of V_i
             err_part = _times(gain, err_part)
             err_v = (_UNIT + err_part[0]) + err_part[1] + _rnd_log(lv, v_added)
             err_q = (err_v + _rnd_abs(abs_lvm, np.isfinite(lvm), abs_lv, abs_m)
@@ -229,7 +230,7 @@ def _ws_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
             err_p = (np.abs(p_new) * _rnd_log(lp_new, added_p) + _UNIT * np.maximum(np.abs(p_lin), s_abs)
                      + s_abs * _rnd_abs(np.abs(l_step), np.isfinite(l_step), abs_am, abs_log_s))
 
-            e_over_v = np.where(v_sign == 0, 0.0, v_sign * np.exp(z - lv))  # V_i = 0: an infinite factor
+            e_over_v = np.where(v_sign == 0, 0.0, v_sign * exp_new(z - lv))  # V_i = 0: an infinite factor
             kappa_s = np.abs(e).sum(axis=-1) / np.abs(s_lin[:, 0])
             err.weighted_softmax_round(s_val, e_over_v, np.where(live, err_u, 0.0), err_q, _UNIT * kappa_s[:, None],
                                        np.where(fin_a, err_p, 0.0))

@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from topk_cli.errors import ResourceError
 from topk_cli.operators._base import FloatArray, Forward, Implementation
-from topk_cli.operators._logspace import logsumexp
+from topk_cli.operators._logspace import exp_new, logsumexp
 from topk_cli.operators._poisson import marginals
 from topk_cli.operators.threshold import _laplace_threshold
 
@@ -92,8 +92,8 @@ def _tables(s: FloatArray, k: int) -> _Tables:
     log_p = -np.logaddexp(0.0, -diff)
     log_q = -np.logaddexp(0.0, diff)
     with np.errstate(invalid="ignore"):  # masked entries: -inf - -inf, weight set to 0
-        wp = np.nan_to_num(np.exp(en - log_n[:, None]), nan=0.0)
-        wq = np.nan_to_num(np.exp(em - log_m[:, None]), nan=0.0)
+        wp = np.nan_to_num(exp_new(en - log_n[:, None]), nan=0.0)
+        wq = np.nan_to_num(exp_new(em - log_m[:, None]), nan=0.0)
     return _Tables(s=s, k=k, a=a, b=b, log_p=log_p, log_q=log_q, wp=wp, wq=wq)
 
 

@@ -18,7 +18,7 @@ from topk_cli.operators._logsigned import (
     _rnd_log,
     _RoundingErrors,
 )
-from topk_cli.operators._logspace import logsumexp
+from topk_cli.operators._logspace import exp_new, logsumexp
 
 
 def iterative_topk(z: FloatArray, k: int) -> Forward:
@@ -171,7 +171,7 @@ def _lse_exclusive_symmetric(a: FloatArray, total: FloatArray) -> tuple[FloatArr
     """
     finite = np.isfinite(total)
     every = finite.all()
-    ratio = np.exp(a - total if every else a - np.where(finite, total, 0.0))
+    ratio = exp_new(a - total if every else a - np.where(finite, total, 0.0))
     out = np.minimum(ratio, 1.0)
     np.negative(out, out=out)
     np.log1p(out, out=out)
@@ -206,7 +206,7 @@ def _it_softmax(
     not see.
     """
     total = logsumexp(y)[:, None]
-    s = np.exp(y - total)
+    s = exp_new(y - total)
     lc, dom = _lse_exclusive_symmetric(y, total)
     c = np.exp(lc - total)
     return s, c, _it_local_errors(y, total, lc, s, c, masked, dom)

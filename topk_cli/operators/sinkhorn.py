@@ -54,6 +54,7 @@ import numpy as np
 
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
+from topk_cli.operators._logspace import exp_into
 from topk_cli.operators.threshold import threshold_jacobian, threshold_vjp
 
 #: Default iteration cap: the authors' ``max_iter`` default.
@@ -81,7 +82,7 @@ def _sigmoid_pair(t: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(sigmoid(t), sigmoid(-t))``, each to a few ulps (no ``1 - x``), from one ``exp`` per
     entry; ``t`` is overwritten."""
     pos = t >= 0
-    e = np.exp(np.copysign(t, -1.0, out=t), out=t)  # e^{-|t|}; t = -inf (masked): e = 0
+    e = exp_into(np.copysign(t, -1.0, out=t), t)  # e^{-|t|}; t = -inf (masked): e = 0
     d = np.add(e, 1.0)
     u = np.divide(1.0, d)
     v = np.divide(e, d, out=e)

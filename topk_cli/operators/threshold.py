@@ -36,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators._logspace import exp_into
 
 # ---------------------------------------------------------------------------------------------
 # shared helpers
@@ -63,7 +64,7 @@ def _tail_mass(top: FloatArray, tail: FloatArray) -> tuple[FloatArray, FloatArra
     # ``tail`` is scratch (a slice of the partitioned copy): work in place, one pass of exp
     np.subtract(tail, shift[:, None], out=tail)
     with np.errstate(under="ignore"):  # far tail entries underflow to 0: negligible, as intended
-        np.exp(tail, out=tail)
+        exp_into(tail, tail)
     return s_last, np.where(finite, tail.sum(axis=1), 0.0)
 
 
