@@ -23,7 +23,9 @@ from topk_cli.api import scaled_scores
 from topk_cli.operators import (
     _iterative_fast,
     _logsigned,
+    _poisson,
     _weighted_softmax_faithful,
+    _weighted_softmax_fast,
     gradtopk,
     iterative,
     sinkhorn,
@@ -55,8 +57,8 @@ def _plain_exp_new(a: np.ndarray) -> np.ndarray:
 
 
 #: Every module that calls ``exp_into`` or ``exp_new``.
-_EXP_USERS = (gr, references, gradtopk, iterative, _iterative_fast, _logsigned, _weighted_softmax_faithful, sinkhorn,
-              threshold)
+_EXP_USERS = (gr, references, gradtopk, iterative, _iterative_fast, _logsigned, _weighted_softmax_faithful,
+              _weighted_softmax_fast, _poisson, sinkhorn, threshold)
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from topk_cli.operators._base import FloatArray
+from topk_cli.operators._logspace import exp_into
 
 #: Marginals (or complements) below this are left to the log-space program (see module doc).
 TINY = 1e-250
@@ -71,7 +72,7 @@ def _sigmoid_pair(t: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(sigmoid(t), sigmoid(-t))``, both relatively accurate, from one ``exp(-|t|)``."""
     with np.errstate(under="ignore", invalid="ignore"):  # e = 0 far away; t = -inf masked
         e = np.copysign(t, -1.0)  # -|t|, in one pass
-        np.exp(e, out=e)
+        exp_into(e, e)
         r = np.add(e, 1.0)
         np.reciprocal(r, out=r)
         small = np.multiply(e, r, out=e)

@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from topk_cli.operators._base import FloatArray, Forward
 from topk_cli.operators._logsigned import _UNIT, _total_without_largest
+from topk_cli.operators._logspace import exp_new
 
 #: A row is returned from the fast path only if its certified bound on the absolute error of ``p`` is
 #: at most this (the faithful path is measured within 1e-12 on the rows it returns) ...
@@ -195,7 +196,7 @@ def _ws_weights(z: FloatArray) -> tuple[NDArray[np.intp], FloatArray, FloatArray
     bsz, n = z.shape
     rows = np.arange(bsz)
     top = np.argmax(z, axis=-1)
-    w = np.exp(z)
+    w = exp_new(z)  # far rows: most entries below -750
     w[rows, top] = 1.0
     w_min = np.min(w, axis=-1)
     w_rest = w.copy()
@@ -388,7 +389,7 @@ def _ws_w(fwd: Forward, z: FloatArray) -> FloatArray | None:
     if "rho" in fwd.aux:
         return None
     rows, top = np.arange(z.shape[0]), fwd.aux["top"].astype(np.int64)
-    w = np.exp(z)
+    w = exp_new(z)  # far rows: most entries below -750
     w[rows, top] = 1.0
     return w
 
