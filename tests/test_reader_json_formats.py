@@ -322,7 +322,7 @@ def test_unsupported_formats_say_how_to_convert(tmp_path: Path, name: str, needl
     path.write_bytes(b"PAR1\x00\x01")
     code, out, err = run_cli("compute", "-k", "1", str(path))
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "files are not supported; convert it to CSV first" in err and needle in err
+    assert "files are not supported" in err and "to CSV first, e.g. python -c" in err and needle in err
     assert "rename it" not in err
 
 
@@ -471,3 +471,23 @@ def test_inspect_passes_orient(tmp_path: Path) -> None:
     assert code == 0, err
     doc = json.loads(out)
     assert doc["orientation"] == "rows" and doc["labels"] == EXPERTS and doc["head"][0]["name"] == "The"
+
+
+def test_series_orients_are_one_labelled_vector(tmp_path: Path) -> None:
+    series = pd.Series([0.3, 0.1, 0.5], index=["a", "b", "c"], name="score")
+    for orient in ("split", "index", "table"):
+        path = tmp_path / f"{orient}.json"
+        series.to_json(path, orient=orient)
+        values, labels, _, _ = read(path)
+        np.testing.assert_array_equal(values, [[0.3, 0.1, 0.5]])
+        assert labels == ["a", "b", "c"], orient
+
+
+def test_records_under_one_key_are_a_table(tmp_path: Path) -> None:
+    path = tmp_path / "api.json"
+    path.write_text(json.dumps({"data": frame().to_dict("records")}))  # as web APIs answer
+    values, labels, _, _ = read(path)
+    np.testing.assert_array_equal(values, SCORES)
+    assert labels == EXPERTS
+    path.write_text(json.dumps({"data": [{"a": 1, "b": 2}, {"a": 3}]}))
+    assert "key 'data', record [1] lacks key 'b'" in refused(path)

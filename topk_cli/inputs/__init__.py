@@ -156,11 +156,14 @@ def _resolve_format(path: str, input_format: str | None) -> str | None:
     if suffix in _UNSUPPORTED:
         what, convert = _UNSUPPORTED[suffix]
         csv_name = str(Path(path).with_name(Path(stem).stem + ".csv"))
+        trust = " (loading a pickle can run code); convert one you trust" if what == "pickle" else "; convert it"
         raise InputError(
-            f"{path}: {what} files are not supported; convert it to CSV first, e.g. "
+            f"{path}: {what} files are not supported{trust} to CSV first, e.g. "
             + convert.format(path=path, stem=csv_name)
         )
     shown = f"suffix '.{suffix}'" if suffix else "no suffix"
+    if stem != name:
+        shown = f"suffix '.{suffix}.gz'" if suffix else "no suffix before '.gz'"
     raise InputError(
         f"{path}: cannot tell the format from {shown}; rename it or pass --input-format {'|'.join(INPUT_FORMATS)}"
     )
@@ -305,7 +308,8 @@ def _load_npz(data: bytes, source: str) -> LoadedInput:
                 first = names[0] if names else "x"
                 raise InputError(
                     f"{source}: an .npz archive of {len(names)} arrays ({listed or 'none'}); save the one to read "
-                    f"as .npy, e.g. python -c \"import numpy as np; np.save('x.npy', np.load({source!r})[{first!r}])\""
+                    f"as .npy, e.g. python -c \"import numpy as np; "
+                    f"np.save({str(Path(source).with_suffix('.npy'))!r}, np.load({source!r})[{first!r}])\""
                 )
             arr = archive[names[0]]
     except InputError:

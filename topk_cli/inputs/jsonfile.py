@@ -99,12 +99,13 @@ class _Where:
     source: str
     fmt: str
     lines: Sequence[int] = ()  # JSON Lines: the file line of each item
+    prefix: str = ""  # records under a key: "key 'data', "
 
     def item(self, r: int) -> str:
         return f"line {self.lines[r]}" if self.fmt == "jsonl" else f"[{r}]"
 
     def record(self, r: int) -> str:
-        return f"line {self.lines[r]}" if self.fmt == "jsonl" else f"record [{r}]"
+        return f"line {self.lines[r]}" if self.fmt == "jsonl" else f"{self.prefix}record [{r}]"
 
     def entry(self, r: int, c: int) -> str:
         return f"line {self.lines[r]}, entry [{c}]" if self.fmt == "jsonl" else f"[{r}][{c}]"
@@ -389,6 +390,13 @@ def _from_object(
     if _is_split(doc):
         _no_orient(where, orient, "pandas orient='split'")
         return _split(doc, where, column, index_col)
+    if _is_series_split(doc):
+        _no_orient(where, orient, "pandas orient='split' of a Series")
+        if column is not None:
+            raise InputError(f"{source}: --column applies to CSV columns and JSON tables (this is one Series)")
+        labels = [str(key) for key in doc["index"]]
+        loaded = _vector(doc["data"], where, labels, place=lambda c: f"'data'[{c}] (index {labels[c]!r})")
+        return _decided(loaded, shape="pandas orient='split' of a Series", labels_from="'index'")
     if _is_table(doc):
         _no_orient(where, orient, "pandas orient='table'")
         return _table_orient(doc, where, column, index_col)
@@ -413,6 +421,10 @@ def _keyed_lists(
     source = where.source
     keys = list(doc)
     values = list(doc.values())
+    if len(doc) == 1 and values[0] and all(isinstance(v, dict) for v in values[0]) and orient is None:
+        key = keys[0]  # {"data": [records]}, as web APIs answer
+        loaded = _records(values[0], _Where(source, where.fmt, where.lines, prefix=f"key {key!r}, "), column, index_col)
+        return _decided(loaded, shape=f"records under key {key!r}")
     if len(doc) == 1 and values[0] and all(isinstance(v, list) for v in values[0]) and orient is None:
         if column is not None:
             raise InputError(f"{source}: --column applies to CSV columns and JSON tables (records, an object of columns)")
@@ -464,6 +476,15 @@ def _is_split(doc: dict[str, Any]) -> bool:
         set(doc) >= {"columns", "data"} and set(doc) <= {"columns", "index", "data", "name"}
         and isinstance(doc["columns"], list) and isinstance(doc["data"], list)
         and all(isinstance(row, list) for row in doc["data"])
+    )
+
+
+def _is_series_split(doc: dict[str, Any]) -> bool:
+    return (
+        set(doc) >= {"index", "data"} and set(doc) <= {"index", "data", "name"}
+        and isinstance(doc["index"], list) and isinstance(doc["data"], list) and len(doc["index"]) == len(doc["data"])
+        and bool(doc["data"]) and not any(isinstance(item, (list, dict)) for item in doc["data"])
+        and not isinstance(doc.get("name", ""), (list, dict))
     )
 
 
