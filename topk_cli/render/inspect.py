@@ -62,33 +62,36 @@ def inspect_document(data: LoadedInput, *, rows: int = 5) -> dict[str, Any]:
     }
 
 
-def _facts(data: LoadedInput, doc: dict[str, Any]) -> Table:
+def _facts(data: LoadedInput, doc: dict[str, Any]) -> Text:
+    """One decision per line: ``name  value`` (no table: a long note wraps, no padding)."""
     count, n = data.values.shape
-    table = Table(show_header=False, box=None, pad_edge=False, title=f"{data.source}", title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    fmt = doc["format"] + (f" ({doc['compression']})" if doc["compression"] else "")
-    table.add_row("format", fmt)
+    lines: list[tuple[str, str]] = []
+    lines.append(("format", doc["format"] + (f" ({doc['compression']})" if doc["compression"] else "")))
     what = f"{count} vectors of {n} entries" if count != 1 else f"1 vector of {n} entries"
-    table.add_row("shape", f"{what} ({count} x {n})" + (f"; {doc['masked']} masked (-inf)" if doc["masked"] else ""))
+    lines.append(("shape", f"{what} ({count} x {n})" + (f"; {doc['masked']} masked (-inf)" if doc["masked"] else "")))
     if doc["layout"]:
-        table.add_row("layout", doc["layout"])
+        lines.append(("layout", doc["layout"]))
     if data.input_format in ("csv", "tsv"):
         sep = doc["separator"]
-        table.add_row("separator", _SEPARATORS.get(sep, repr(sep)) if sep is not None else "not recorded (see notes)")
+        lines.append(("separator", _SEPARATORS.get(sep, repr(sep)) if sep is not None else "not recorded (see notes)"))
         if doc["decimal"] is not None:
-            table.add_row("decimal mark", repr(doc["decimal"]))
+            lines.append(("decimal mark", repr(doc["decimal"])))
         header = doc["header"]
-        table.add_row("header", "not recorded (see notes)" if header is None else ("line 1" if header else "none"))
+        lines.append(("header", "not recorded (see notes)" if header is None else ("line 1" if header else "none")))
     if doc["orientation"]:
-        table.add_row("orientation", {"rows": "rows: each key one vector",
-                                      "columns": "columns: each key one column"}.get(doc["orientation"], doc["orientation"]))
-    table.add_row("row names", doc["row_names_from"] or f"none (numbered 0..{count - 1})")
-    table.add_row("labels", doc["labels_from"] or f"none (numbered 0..{n - 1})")
-    table.add_row("ignored", ", ".join(doc["ignored"]) if doc["ignored"] else "-")
-    for i, note in enumerate(doc["notes"] or ["none"]):
-        table.add_row("notes" if i == 0 else "", note)
-    return table
+        lines.append(("orientation", {"rows": "rows: each key one vector",
+                                      "columns": "columns: each key one column"}.get(doc["orientation"], doc["orientation"])))
+    lines.append(("row names", doc["row_names_from"] or f"none (numbered 0..{count - 1})"))
+    lines.append(("labels", doc["labels_from"] or f"none (numbered 0..{n - 1})"))
+    lines.append(("ignored", ", ".join(doc["ignored"]) if doc["ignored"] else "-"))
+    lines += [("notes" if i == 0 else "", note) for i, note in enumerate(doc["notes"] or ["none"])]
+    width = max(len(key) for key, _ in lines) + 2
+    text = Text(data.source)
+    for key, value in lines:
+        text.append("\n")
+        text.append(key.ljust(width), style="bold")
+        text.append(value)
+    return text
 
 
 def _head(data: LoadedInput, rows: int) -> Table:
