@@ -805,7 +805,7 @@ def bench_command(
 )
 @boundary
 def inspect_command(
-    input: Annotated[str, typer.Argument(help="The file to inspect, or '-' for stdin.", show_default=False)],
+    input: Annotated[str, typer.Argument(metavar="INPUT", help="The file to inspect, or '-' for stdin.", show_default=False)],
     column: ColumnOpt = None,
     input_format: InputFormatOpt = None,
     index_col: IndexColOpt = None,
