@@ -491,3 +491,17 @@ def test_records_under_one_key_are_a_table(tmp_path: Path) -> None:
     assert labels == EXPERTS
     path.write_text(json.dumps({"data": [{"a": 1, "b": 2}, {"a": 3}]}))
     assert "key 'data', record [1] lacks key 'b'" in refused(path)
+
+
+def test_object_of_objects_with_both_levels_numbered_is_ambiguous(tmp_path: Path) -> None:
+    path = tmp_path / "plain.json"
+    pd.DataFrame(SCORES.copy()).to_json(path)  # {"0": {"0": ...}}: rows and columns both 0..N-1
+    assert "--orient rows" in refused(path)
+    values, _, _, _ = read(path, orient="columns")
+    np.testing.assert_array_equal(values, SCORES)
+
+
+def test_a_list_in_a_table_cell_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps({"a": {"x": 1, "y": [2]}, "b": {"x": 3, "y": 4}}))
+    assert '["a"]["y"]: a list in a table cell' in refused(path, orient="rows")

@@ -212,16 +212,12 @@ def _from_document(doc: Any, where: _Where, column: str | None, index_col: str |
     if column is not None:
         raise InputError(f"{source}: --column applies to CSV columns and JSON tables (records, an object of columns)")
     if all(isinstance(item, list) for item in doc):
-        return _decided(_batch(doc, where, where.item, where.entry), shape="list of lists")
+        return with_decisions(_batch(doc, where, where.item, where.entry), shape="list of lists")
     if any(isinstance(item, (list, dict)) for item in doc):
         first = next((i for i, item in enumerate(doc) if type(item) is not type(doc[0])), 0)
         kinds = "lists and numbers" if not any(isinstance(item, dict) for item in doc) else "lists, objects and numbers"
         raise InputError(f"{source}: {where.item(first)} mixes {kinds}; {SHAPE_HELP}")
-    return _decided(_vector(doc, where, None, place=where.item), shape="list of numbers")
-
-
-def _decided(loaded: LoadedInput, **decisions: Any) -> LoadedInput:
-    return with_decisions(loaded, **decisions)
+    return with_decisions(_vector(doc, where, None, place=where.item), shape="list of numbers")
 
 
 def _vector(items: list[Any], where: _Where, labels: Sequence[str] | None, place: Callable[[int], str]) -> LoadedInput:
@@ -278,7 +274,8 @@ def _table(
     try:
         columns = [[_cell(row[c]) for row in rows] for c in range(len(names))]
     except TypeError:
-        raise InputError(f"{source}: a cell holds a list or an object; {SHAPE_HELP}") from None
+        r, c = next((r, c) for r, row in enumerate(rows) for c, item in enumerate(row) if isinstance(item, (list, dict)))
+        raise InputError(f"{source}: {place(r, c)}: {_kind(rows[r][c])} in a table cell; {SHAPE_HELP}") from None
     table = RawTable(source, where.fmt, names, columns, place, row_place, notes)  # type: ignore[arg-type]
     loaded = read_table(table, column=column, index_col=index_col)
     nulls = [c for c in range(len(names)) if any(row[c] is None for row in rows)]
@@ -309,7 +306,7 @@ def _records(doc: list[dict[str, Any]], where: _Where, column: str | None, index
     def place(r: int, c: int) -> str:
         return f"{where.record(r)}, key {names[c]!r}"
 
-    return _decided(_table(where, names, rows, where.record, place, column, index_col), shape="records")
+    return with_decisions(_table(where, names, rows, where.record, place, column, index_col), shape="records")
 
 
 def _list_records(
@@ -366,7 +363,7 @@ def _list_records(
         note += f"; {'labels' if loaded.values.shape[0] == 1 and len(doc) > 1 else 'row names'} from key {name_key!r}"
     if ignored:
         note += "; ignored " + ", ".join(f"key {name!r}" for name in ignored)
-    return _decided(
+    return with_decisions(
         _replace_notes(loaded, note), shape="records with a list (one vector per record)", ignored=ignored,
     )
 
@@ -396,7 +393,7 @@ def _from_object(
             raise InputError(f"{source}: --column applies to CSV columns and JSON tables (this is one Series)")
         labels = [str(key) for key in doc["index"]]
         loaded = _vector(doc["data"], where, labels, place=lambda c: f"'data'[{c}] (index {labels[c]!r})")
-        return _decided(loaded, shape="pandas orient='split' of a Series", labels_from="'index'")
+        return with_decisions(loaded, shape="pandas orient='split' of a Series", labels_from="'index'")
     if _is_table(doc):
         _no_orient(where, orient, "pandas orient='table'")
         return _table_orient(doc, where, column, index_col)
@@ -410,7 +407,7 @@ def _from_object(
     if column is not None:
         raise InputError(f"{source}: --column applies to CSV columns and JSON tables (records, an object of columns)")
     keys = tuple(doc)
-    return _decided(_vector(values, where, keys, place=lambda c: f"key {keys[c]!r}"),
+    return with_decisions(_vector(values, where, keys, place=lambda c: f"key {keys[c]!r}"),
                     shape="object {label: number}", labels_from="the keys")
 
 
@@ -424,13 +421,13 @@ def _keyed_lists(
     if len(doc) == 1 and values[0] and all(isinstance(v, dict) for v in values[0]) and orient is None:
         key = keys[0]  # {"data": [records]}, as web APIs answer
         loaded = _records(values[0], _Where(source, where.fmt, where.lines, prefix=f"key {key!r}, "), column, index_col)
-        return _decided(loaded, shape=f"records under key {key!r}")
+        return with_decisions(loaded, shape=f"records under key {key!r}")
     if len(doc) == 1 and values[0] and all(isinstance(v, list) for v in values[0]) and orient is None:
         if column is not None:
             raise InputError(f"{source}: --column applies to CSV columns and JSON tables (records, an object of columns)")
         key = keys[0]
         loaded = _batch(values[0], where, lambda r: f"key {key!r}, [{r}]", lambda r, c: f"key {key!r}, [{r}][{c}]")
-        return _decided(loaded, shape=f"a batch under key {key!r}")
+        return with_decisions(loaded, shape=f"a batch under key {key!r}")
     given = orient is not None
     why = "--orient columns" if orient == "columns" else ""
     if orient is None:
@@ -456,7 +453,7 @@ def _keyed_lists(
             return f"key {keys[c]!r}, [{r}]"
 
         loaded = _table(where, keys, rows, lambda r: f"[{r}]", place, column, index_col, (note,))
-        return _decided(loaded, shape="object of columns {column: [values]}", orientation="columns")
+        return with_decisions(loaded, shape="object of columns {column: [values]}", orientation="columns")
     if column is not None:
         raise InputError(f"{source}: --column applies to the keys of an object read as columns (pass --orient columns)")
     if index_col is not None:
@@ -468,7 +465,7 @@ def _keyed_lists(
         told = "--orient rows" if given else "pass --orient columns if the keys name columns"
         note = f"read each key as one vector ({rows_read} vectors of {n} entries; {told})"
         loaded = _replace_notes(loaded, note)
-    return _decided(loaded, shape="object of vectors {name: [numbers]}", orientation="rows")
+    return with_decisions(loaded, shape="object of vectors {name: [numbers]}", orientation="rows")
 
 
 def _is_split(doc: dict[str, Any]) -> bool:
@@ -536,7 +533,7 @@ def _nested(
         rows = [[doc[name][key] for key in inner] for name in outer]
         loaded = _with_index(where, inner, rows, outer, column, index_col, note,
                              lambda r, c: f"[{json.dumps(outer[r])}][{json.dumps(inner[c])}]")
-    return _decided(loaded, shape="object of objects", orientation=orient)
+    return with_decisions(loaded, shape="object of objects", orientation=orient)
 
 
 def _with_index(
@@ -580,7 +577,7 @@ def _split(doc: dict[str, Any], where: _Where, column: str | None, index_col: st
         raise InputError(f"{source}: 'index' must list one name per data row")
     loaded = _with_index(where, names, data, index, column, index_col, "read as pandas orient='split'",
                          lambda r, c: f"'data'[{r}][{c}] (column {names[c]!r})")
-    return _decided(loaded, shape="pandas orient='split'")
+    return with_decisions(loaded, shape="pandas orient='split'")
 
 
 def _table_orient(doc: dict[str, Any], where: _Where, column: str | None, index_col: str | None) -> LoadedInput:
@@ -603,4 +600,4 @@ def _table_orient(doc: dict[str, Any], where: _Where, column: str | None, index_
     loaded = _table(where, names, rows, lambda r: f"'data'[{r}]",
                     lambda r, c: f"'data'[{r}], key {names[c]!r}", column, index_col,
                     ("read as pandas orient='table'" + (f" (index: {index_col!r})" if index_col else ""),))
-    return _decided(loaded, shape="pandas orient='table'")
+    return with_decisions(loaded, shape="pandas orient='table'")
