@@ -41,20 +41,14 @@ _SUFFIXES = {
     "npz": "npz",
 }
 _GZIP_MAGIC = b"\x1f\x8b"
-#: Formats that are not read, by suffix: (name, how to convert one to a format that is).
-_PANDAS_CSV = "python -c \"import pandas as pd; pd.{reader}({path!r}).to_csv({stem!r})\""
+#: Formats that are not read, by suffix: (name, the pandas reader, its to_csv arguments).
 _UNSUPPORTED = {
-    "parquet": ("Parquet", _PANDAS_CSV.replace("{reader}", "read_parquet")),
-    "pq": ("Parquet", _PANDAS_CSV.replace("{reader}", "read_parquet")),
-    "feather": ("Feather", _PANDAS_CSV.replace("{reader}", "read_feather")),
-    "arrow": ("Arrow IPC", _PANDAS_CSV.replace("{reader}", "read_feather")),
-    "xlsx": ("Excel", _PANDAS_CSV.replace("{reader}", "read_excel").replace(".to_csv({stem!r})", ".to_csv({stem!r}, index=False)")),
-    "xls": ("Excel", _PANDAS_CSV.replace("{reader}", "read_excel").replace(".to_csv({stem!r})", ".to_csv({stem!r}, index=False)")),
-    "ods": ("OpenDocument", _PANDAS_CSV.replace("{reader}", "read_excel").replace(".to_csv({stem!r})", ".to_csv({stem!r}, index=False)")),
-    "h5": ("HDF5", _PANDAS_CSV.replace("{reader}", "read_hdf")),
-    "hdf5": ("HDF5", _PANDAS_CSV.replace("{reader}", "read_hdf")),
-    "pkl": ("pickle", _PANDAS_CSV.replace("{reader}", "read_pickle")),
-    "pickle": ("pickle", _PANDAS_CSV.replace("{reader}", "read_pickle")),
+    "parquet": ("Parquet", "read_parquet", ""), "pq": ("Parquet", "read_parquet", ""),
+    "feather": ("Feather", "read_feather", ""), "arrow": ("Arrow IPC", "read_feather", ""),
+    "xlsx": ("Excel", "read_excel", ", index=False"), "xls": ("Excel", "read_excel", ", index=False"),
+    "ods": ("OpenDocument", "read_excel", ", index=False"),
+    "h5": ("HDF5", "read_hdf", ""), "hdf5": ("HDF5", "read_hdf", ""),
+    "pkl": ("pickle", "read_pickle", ""), "pickle": ("pickle", "read_pickle", ""),
 }
 
 
@@ -154,12 +148,12 @@ def _resolve_format(path: str, input_format: str | None) -> str | None:
     if suffix in _SUFFIXES:
         return _SUFFIXES[suffix]
     if suffix in _UNSUPPORTED:
-        what, convert = _UNSUPPORTED[suffix]
+        what, reader, options = _UNSUPPORTED[suffix]
         csv_name = str(Path(path).with_name(Path(stem).stem + ".csv"))
         trust = " (loading a pickle can run code); convert one you trust" if what == "pickle" else "; convert it"
         raise InputError(
             f"{path}: {what} files are not supported{trust} to CSV first, e.g. "
-            + convert.format(path=path, stem=csv_name)
+            f"python -c \"import pandas as pd; pd.{reader}({path!r}).to_csv({csv_name!r}{options})\""
         )
     shown = f"suffix '.{suffix}'" if suffix else "no suffix"
     if stem != name:
