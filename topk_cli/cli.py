@@ -167,6 +167,11 @@ DecimalOpt = Annotated[
     Optional[str],
     typer.Option("--decimal", help="Decimal mark of CSV numbers (default '.'; ',' is sniffed in ';' files).", show_default=False),
 ]
+HeaderOpt = Annotated[
+    Optional[bool],
+    typer.Option("--header/--no-header", help="CSV: line 1 is (not) column names (default: inferred, noted).",
+                 show_default=False),
+]
 MethodOpt = Annotated[
     Optional[list[str]],
     typer.Option("-m", "--method", help="Method name (repeatable), or 'all'. See 'softtopk methods'.", show_default=False),
@@ -298,6 +303,7 @@ def read_vectors(
     index_col: str | None = None,
     sep: str | None = None,
     decimal: str | None = None,
+    header: bool | None = None,
 ) -> list[LoadedInput]:
     """Load the vectors of every INPUT, or of ``--values`` (exactly one of them), one per source.
 
@@ -315,7 +321,7 @@ def read_vectors(
     if inputs and inputs.count("-") > 1:
         raise InputError("stdin ('-') can be read only once")
     options = {"column": column, "input_format": input_format, "index_col": index_col, "sep": sep, "decimal": decimal}
-    loaded = [load_input(None, values=values)] if not inputs else [load_input(path, **options) for path in inputs]
+    loaded = [load_input(None, values=values)] if not inputs else [load_input(path, header=header, **options) for path in inputs]
     for data in loaded:
         for note in data.notes:
             typer.echo(f"softtopk: note: {data.source}: {note}", err=True)
@@ -367,6 +373,7 @@ def compute(
     index_col: IndexColOpt = None,
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
+    header: HeaderOpt = None,
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
@@ -406,7 +413,7 @@ def compute(
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
-    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal)
+    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, header)
     names = resolve_methods(method, default=[DEFAULT_METHOD])
     given = {"samples": samples, "seed": seed, "max_iter": max_iter, "tol": tol}
     params = {name: value for name, value in given.items() if value is not None}
@@ -460,6 +467,7 @@ def verify_properties_command(
     index_col: IndexColOpt = None,
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
+    header: HeaderOpt = None,
     trials: Annotated[int, typer.Option("--trials", help="Size of the default suite (random vectors per size).")] = 3,
     seed: SeedOpt = 0,
     fmt: FormatOpt = OutputFormat.table,
@@ -489,7 +497,7 @@ def verify_properties_command(
         raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
     vectors = None
     if input is not None or values is not None:
-        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal)
+        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, header)
         widths = {d.values.shape[1] for d in loaded}
         if len(widths) > 1:
             raise InvalidArgumentError(f"the inputs hold vectors of different lengths {sorted(widths)}; check them one by one")
@@ -527,6 +535,7 @@ def temperature_sweep_command(
     index_col: IndexColOpt = None,
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
+    header: HeaderOpt = None,
     row: Annotated[int, typer.Option("--row", help="Which row of a batch input to sweep (0-based).")] = 0,
     taus: Annotated[
         str, typer.Option("--taus", help="START:STOP:COUNT (log-spaced, endpoints included) or a list a,b,c.")
@@ -556,7 +565,7 @@ def temperature_sweep_command(
     if input is None and values is None:
         x = list(DEFAULT_SWEEP_VECTOR)
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal), "temperature-sweep")
+        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, header), "temperature-sweep")
         rows = data.values.shape[0]
         if not 0 <= row < rows:
             raise InvalidArgumentError(f"--row must satisfy 0 <= row < {rows} (rows in {data.source}), got {row}")
@@ -747,6 +756,7 @@ def bench_command(
     index_col: IndexColOpt = None,
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
+    header: HeaderOpt = None,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float64: the dtype timed.")] = "float64",
     repeats: Annotated[int, typer.Option("--repeats", help="Repeats per measurement (the median is shown).")] = 5,
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory (tracemalloc).")] = True,
@@ -767,7 +777,7 @@ def bench_command(
         x = random_scores(batch, n, seed=seed, dtype=dtype)
         source = f"random normal scores (seed {seed})"
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal), "bench")
+        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, header), "bench")
         x = data.values.astype(check_dtype(dtype))
         source = data.source
     names = resolve_methods(method, default=["all"])

@@ -45,6 +45,7 @@ def load_input(
     index_col: str | None = None,
     sep: str | None = None,
     decimal: str | None = None,
+    header: bool | None = None,
 ) -> LoadedInput:
     """Read the vectors of ``path`` (``"-"`` = stdin) or of the inline string ``values``.
 
@@ -75,12 +76,14 @@ def load_input(
         fmt = _sniff(data)
     if column is not None and fmt == "npy":
         raise InputError(f"{source}: --column applies to CSV and JSON tables only (this input is npy)")
-    if fmt != "csv" and fmt != "tsv" and (sep is not None or decimal is not None):
-        raise InputError(f"{source}: --sep and --decimal apply to CSV/TSV only (this input is {fmt})")
+    if fmt != "csv" and fmt != "tsv" and (sep is not None or decimal is not None or header is not None):
+        raise InputError(f"{source}: --sep, --decimal and --header apply to CSV/TSV only (this input is {fmt})")
     if fmt == "npy":
         if index_col is not None:
             raise InputError(f"{source}: --index-col applies to tables only (this input is npy)")
         return _load_npy(data, source)
+    if _is_utf16(data):
+        raise InputError(f"{source}: UTF-16 encoded text; save it as UTF-8 (Excel: 'CSV UTF-8')")
     if b"\x00" in data[:65536]:
         raise InputError(f"{source}: binary data (NUL bytes), not a {fmt.upper()} text file")
     _check_utf8(data, source)
@@ -89,7 +92,7 @@ def load_input(
     text = data.decode("utf-8")
     if fmt == "jsonl":
         return load_jsonl(text, source, column=column, index_col=index_col)
-    return load_csv(text, source, fmt=fmt, sep=sep, decimal=decimal, column=column, index_col=index_col)
+    return load_csv(text, source, fmt=fmt, sep=sep, decimal=decimal, column=column, index_col=index_col, header=header)
 
 
 # ---- sources and formats -------------------------------------------------------------------
@@ -161,6 +164,17 @@ def _sniff(data: bytes) -> str:
                 return "jsonl"
         return "json"
     return "csv"
+
+
+def _is_utf16(data: bytes) -> bool:
+    """A UTF-16 byte-order mark, or text with a NUL byte beside every ASCII character (no mark)."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    head = data[: min(len(data), 64) // 2 * 2]
+    low, high = head[0::2], head[1::2]
+    return len(head) >= 4 and (
+        (not high.strip(b"\x00") and b"\x00" not in low) or (not low.strip(b"\x00") and b"\x00" not in high)
+    )
 
 
 def _check_utf8(data: bytes, source: str) -> None:

@@ -37,9 +37,11 @@ from topk_cli.inputs.table import (
     _DECIMAL_COMMA,
     _INTEGER_TEXT,
     NeedText,
-    NumericColumn,
+    Numbers,
     RawTable,
+    _Column,
     classify,
+    numeric_column,
     read_table,
 )
 
@@ -165,8 +167,9 @@ def _load(
             if chunk:
                 body.add(chunk, chunk_lines)
             if header is None:
-                header = _header(first, [classify(j, "", c, decimal) for j, c in enumerate(body.columns())],
-                                 body.count, decimal)[0]
+                classes = [classify(j, "", c, decimal) for j, c in enumerate(body.columns())]
+                header = _header(first, [c.kind for c in classes], [c.integers for c in classes], body.count,
+                                 decimal)[0]
             _ragged(source, body.count + (not header), line_number, cells_of_row, width, delimiter, header)
         chunk.append(cells_of_row)
         chunk_lines.append(line_number)
@@ -178,28 +181,40 @@ def _load(
         body.add(chunk, chunk_lines)
     del chunk, chunk_lines
 
-    body_cols = body.columns()
-    body_classes = [classify(j, "", col, decimal) for j, col in enumerate(body_cols)]
-    if header is None:
-        is_header, header_note = _header(first, body_classes, body.count, decimal)
+    body_classes: list[_Column] | None = None
+    first_values: NDArray[np.float64] | None = None
+    if header is None and body.count:
+        if body.good.all():
+            kinds, integers = ["numeric"] * width, body.integers.tolist()
+        else:
+            body_classes = [classify(j, "", col, decimal) for j, col in enumerate(body.columns())]
+            kinds, integers = [c.kind for c in body_classes], [c.integers for c in body_classes]
+        is_header, header_note = _header(first, kinds, integers, body.count, decimal)
         if header_note:
             notes.append(header_note)
     else:
-        is_header = header
+        first_values = _parse(first, decimal) if header is None else None
+        is_header = header if header is not None else _header(first, [], [], 0, decimal, first_values is not None)[0]
     if is_header:
         names: list[str] | None = [cell.strip() for cell in first]
         assert names is not None
         twice = [name for name, count in Counter(names).items() if count > 1 and name]
         if twice:
             raise InputError(f"{source}: line {first_line} (header): duplicate column name {twice[0]!r}")
-        columns = body_cols
         line_numbers = body.line_numbers()
-        classes = body_classes
     else:
         names = None
-        columns = body.with_first_row(first, first_line)
-        line_numbers = np.concatenate([[first_line], body.line_numbers()]).astype(np.int64)
-        classes = None
+        body.add_first_row(first, first_line, first_values)
+        body_classes = None
+        line_numbers = body.line_numbers()
+    numbers: Numbers | None = None
+    columns: list[Sequence[str] | _Column] = []
+    if body.count and body.good.all():
+        numbers = Numbers(body.matrix(), body.integers, body.text)
+    elif body_classes is not None:
+        columns = list(body_classes)
+    else:
+        columns = [classify(j, "", col, decimal) for j, col in enumerate(body.columns())]
 
     def row_place(row: int) -> str:
         return f"row {row + 1} (line {line_numbers[row]})"
@@ -208,8 +223,8 @@ def _load(
         name = f"column {names[col]!r}" if names is not None else f"column {col + 1}"
         return f"{row_place(row)}, {name}"
 
-    table = RawTable(source, fmt, names, columns, place, row_place, tuple(notes), decimal)
-    return read_table(table, column=column, index_col=index_col, classified=classes)
+    table = RawTable(source, fmt, names, columns, place, row_place, tuple(notes), decimal, numbers)
+    return read_table(table, column=column, index_col=index_col)
 
 
 def _rows(text: str, pos: int, skipped: int, delimiter: str, source: str) -> Iterator[tuple[int, list[str]]]:
@@ -262,10 +277,10 @@ class _Body:
         self.has_text = np.zeros(width, dtype=bool)
         self.count = 0
 
-    def add(self, rows: list[list[str]], lines: list[int]) -> None:
+    def add(self, rows: list[list[str]], lines: list[int], parsed: NDArray[np.float64] | None = None) -> None:
         r, w = len(rows), self.width
         flat = list(chain.from_iterable(rows))
-        values = _parse(flat, self.decimal)
+        values = parsed if parsed is not None else _parse(flat, self.decimal)
         good = np.ones(w, dtype=bool)
         if values is None:
             values = np.full((r, w), np.nan)
@@ -330,28 +345,28 @@ class _Body:
     def line_numbers(self) -> NDArray[np.int64]:
         return np.concatenate(self.lines) if self.lines else np.empty(0, dtype=np.int64)
 
-    def columns(self) -> list[Sequence[str] | NumericColumn]:
+    def columns(self) -> list[Sequence[str] | _Column]:
         """One entry per column: its text, or its numbers (and its text where kept)."""
         if not self.count:
             return [[] for _ in range(self.width)]
         matrix = self.matrix()
-        out: list[Sequence[str] | NumericColumn] = []
-        for j in range(self.width):
-            text = self.text[j]
-            if self.good[j]:
-                out.append(NumericColumn(matrix, j, bool(self.integers[j]), text))
+        out: list[Sequence[str] | _Column] = []
+        for j, good, integers, text in zip(range(self.width), self.good.tolist(), self.integers.tolist(), self.text,
+                                           strict=True):
+            if good:
+                out.append(numeric_column(matrix, j, integers, text))
             elif text is None:
                 raise NeedText(j)
             else:
                 out.append(text)
         return out
 
-    def with_first_row(self, first: list[str], line: int) -> list[Sequence[str] | NumericColumn]:
-        """The columns with line 1 (data, not a header) on top."""
+    def add_first_row(self, first: list[str], line: int, parsed: NDArray[np.float64] | None = None) -> None:
+        """Put line 1 (data, not a header) on top (``parsed``: its numbers, when already parsed)."""
         w = self.width
         if not self.count:
-            self.add([first], [line])
-            return self.columns()
+            self.add([first], [line], parsed)
+            return
         parsed = _parse(first, self.decimal)
         row = parsed if parsed is not None else np.array(
             [_number_or_nan(cell, self.decimal) for cell in first], dtype=np.float64
@@ -373,7 +388,6 @@ class _Body:
             text = self.text[j]
             assert text is not None
             text.insert(0, first[j])
-        return self.columns()
 
 
 def _parse(cells: list[str], decimal: str) -> NDArray[np.float64] | None:
@@ -398,6 +412,9 @@ def _number_or_nan(cell: str, decimal: str) -> float:
 
 def _sniff_separator(sample: list[str]) -> tuple[str, str | None]:
     """The separator, and the note saying how it was chosen (None for a plain comma)."""
+    anywhere = [c for c in ("\t", ";", ",") if any(c in line for line in sample)]
+    if len(anywhere) == 1 and all(anywhere[0] in line for line in sample):  # the only candidate: no counting
+        return anywhere[0], None if anywhere[0] == "," else f"separator {SEPARATORS[anywhere[0]]} detected"
     consistent: list[str] = []
     for candidate in ("\t", ";", ","):
         if not all(candidate in line for line in sample):
@@ -432,8 +449,11 @@ def _has_decimal_commas(rows: list[list[str]]) -> bool:
     return False
 
 
-def _header(first: list[str], body: list, rows: int, decimal: str) -> tuple[bool, str | None]:
-    """Whether line 1 is a header, from line 1 and the classified columns below it; and the note.
+def _header(
+    first: list[str], kinds: Sequence[str], integers: Sequence[bool], rows: int, decimal: str,
+    first_numbers: bool = False,
+) -> tuple[bool, str | None]:
+    """Whether line 1 is a header, from line 1 and the kind of each column below it; and the note.
 
     In order: one line alone is data unless it has no number; an empty first cell above named
     columns is pandas' unnamed index (a header); a text cell above a numeric column, or no number
@@ -443,26 +463,29 @@ def _header(first: list[str], body: list, rows: int, decimal: str) -> tuple[bool
     Anything else is data.
     """
     width = len(first)
-    numbers = [parse_number(cell.replace(decimal, ".") if decimal != "." else cell) is not None for cell in first]
+    if first_numbers:
+        numbers = [True] * width
+    else:
+        numbers = [parse_number(cell.replace(decimal, ".") if decimal != "." else cell) is not None for cell in first]
     if rows == 0:  # one line: names without data (refused later), or one row of data
         return not any(numbers), None
     rest = [cell.strip() for cell in first[1:]]
     if width > 1 and not first[0].strip() and all(rest):
         return True, None  # pandas' index column has no name
-    numeric_below = [col.kind in ("numeric", "missing") for col in body]
+    numeric_below = [kind in ("numeric", "missing") for kind in kinds]
     for cell, is_number, below in zip(first, numbers, numeric_below, strict=True):
         if not is_number and cell.strip() and below:
             return True, None  # a name above numbers
     if not any(numbers):
         return True, None  # all text above data: names
     ids = [cell.strip() for cell, is_number in zip(first, numbers, strict=True) if is_number]
-    id_cols = [col for col, is_number in zip(body, numbers, strict=True) if is_number]
+    id_cols = [(kind, integer) for kind, integer, is_number in zip(kinds, integers, numbers, strict=True) if is_number]
     if len(ids) >= 2 and len(set(ids)) == len(ids) and all(_HEADER_INTEGER.fullmatch(c) for c in ids):
         shown = ",".join(ids[:2]) + (",..." if len(ids) > 2 else "")
-        if all(col.kind == "numeric" for col in id_cols) and not all(col.integers for col in id_cols):
+        if all(kind == "numeric" for kind, _ in id_cols) and not all(integer for _, integer in id_cols):
             return True, (f"line 1 ({shown}) read as column names (integers above non-integer numbers; "
                           "--no-header to read it as data)")
-        if all(col.kind == "numeric" and col.integers for col in id_cols):
+        if all(kind == "numeric" and integer for kind, integer in id_cols):
             return False, (f"line 1 ({shown}) read as data, not column names (the numbers below are integers "
                            "too; --header to read it as names)")
     return False, None

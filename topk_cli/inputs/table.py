@@ -1,7 +1,7 @@
 """The one layout rule for tables (CSV, TSV, JSON records/columns/split, JSON Lines of records).
 
 A table is a header (or none) and columns of text cells (or of numbers already parsed, see
-:class:`NumericColumn`). Every column is classified from all its cells: *numeric* (every cell a
+:func:`numeric_column`). Every column is classified from all its cells: *numeric* (every cell a
 number; NaN/missing cells make it an error when it is used), *text*, or *true/false*. Then, in
 this order:
 
@@ -29,6 +29,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -52,23 +53,6 @@ _SPACES = "\u00a0\u202f\u2009\u2007 '"
 
 class NeedText(Exception):
     """A column's text was dropped while parsing and is needed after all: parse again, keeping it."""
-
-
-@dataclass(eq=False)
-class NumericColumn:
-    """A column already parsed: every cell a finite number or a ``-inf`` mask (checked as written).
-
-    ``matrix`` (rows x width) is shared by the table's numeric columns; ``text`` holds the
-    cells as written when the parser kept them (None: dropped, :class:`NeedText` if needed).
-    """
-
-    matrix: NDArray[np.float64]
-    pos: int
-    integers: bool  # every cell written as an integer
-    text: Sequence[str] | None = None
-
-    def __len__(self) -> int:
-        return int(self.matrix.shape[0])
 
 
 def number_like(cell: str, decimal: str = ".") -> str | None:
@@ -110,24 +94,47 @@ class RawTable:
     source: str
     fmt: str
     header: list[str] | None
-    columns: list[Sequence[str]]
+    columns: list[Sequence[str] | _Column]
     place: Callable[[int, int], str]
     row_place: Callable[[int], str]
     notes: tuple[str, ...] = ()
     decimal: str = "."
+    numbers: Numbers | None = None  # every column parsed already (``columns`` may then be empty)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
+class Numbers:
+    """A table whose every cell a parser read as a finite number or a ``-inf`` mask (checked).
+
+    ``matrix`` is rows x width; ``integers[j]``: every cell of column j written as an integer;
+    ``text[j]``: column j's cells as written, where the parser kept them (None: dropped).
+    """
+
+    matrix: NDArray[np.float64]
+    integers: NDArray[np.bool_]
+    text: Sequence[Sequence[str] | None]
+
+
+@dataclass(eq=False, slots=True)
 class _Column:
     pos: int
     name: str
     text: Sequence[str] | None  # the cells as written (None: dropped by the parser)
     kind: str  # numeric | text | bool | missing
-    values: NDArray[np.float64] | None = None  # NaN where missing
+    own_values: NDArray[np.float64] | None = None  # NaN where missing (None: the matrix's column pos)
     first_missing: int | None = None
     first_text: int | None = None
     integers: bool = False
     matrix: NDArray[np.float64] | None = None  # the parser's shared matrix (values is its column pos)
+
+    def __len__(self) -> int:
+        return len(self.values) if self.values is not None else len(self.cells)
+
+    @property
+    def values(self) -> NDArray[np.float64] | None:
+        if self.own_values is None and self.matrix is not None:
+            return self.matrix[:, self.pos]
+        return self.own_values
 
     @property
     def cells(self) -> Sequence[str]:
@@ -136,11 +143,20 @@ class _Column:
         return self.text
 
 
-def classify(pos: int, name: str, cells: Sequence[str] | NumericColumn, decimal: str) -> _Column:
+def numeric_column(matrix: NDArray[np.float64], pos: int, integers: bool, text: Sequence[str] | None) -> _Column:
+    """A column a parser already read as numbers: every cell a finite number or a ``-inf`` mask.
+
+    ``matrix`` (rows x width) is shared by the table's numeric columns; ``integers``: every cell
+    written as an integer; ``text``: the cells as written, where the parser kept them (None: dropped).
+    """
+    return _Column(pos, "", text, "numeric", integers=integers, matrix=matrix)
+
+
+def classify(pos: int, name: str, cells: Sequence[str] | _Column, decimal: str) -> _Column:
     """The column's kind and numbers, from all its cells."""
-    if isinstance(cells, NumericColumn):
-        return _Column(pos, name, cells.text, "numeric", cells.matrix[:, cells.pos], integers=cells.integers,
-                       matrix=cells.matrix)
+    if isinstance(cells, _Column):
+        cells.name = name
+        return cells
     parse_cells = cells if decimal == "." else [c.replace(decimal, ".") for c in cells]
     joined = "".join(parse_cells)
     values: NDArray[np.float64] | None = None
@@ -235,17 +251,16 @@ def read_table(
     *,
     column: str | None = None,
     index_col: str | None = None,
-    classified: list[_Column] | None = None,
 ) -> LoadedInput:
-    """Apply the layout rule of this module to ``table``; see the module docstring.
-
-    ``classified``: the columns already classified by the parser (names are set here).
-    """
+    """Apply the layout rule of this module to ``table``; see the module docstring."""
     source = table.source
-    width = len(table.columns)
+    if table.numbers is not None:
+        rows, width = table.numbers.matrix.shape
+    else:
+        width = len(table.columns)
+        rows = len(table.columns[0]) if table.columns else 0
     headerless = table.header is None
-    names = list(table.header) if table.header is not None else [str(i + 1) for i in range(width)]
-    rows = len(table.columns[0]) if table.columns else 0
+    names: list[str] = list(table.header) if table.header is not None else _Ordinals(width)  # type: ignore[assignment]
     if rows == 0:
         raise InputError(f"{source}: no data rows (only a header)" if not headerless else f"{source}: no data rows")
     if column is not None and (headerless or column not in names):
@@ -258,15 +273,17 @@ def read_table(
     if given is None and table.header is not None and names[0] == "" and width > 1:
         index_pos = 0
         why = "the unnamed first column (the index pandas writes)"
-    if "" in names:
+    if not headerless and "" in names:
         for pos, name in enumerate(names):
             if name == "" and pos != index_pos:
                 raise InputError(f"{source}: header: column {pos + 1} has no name")
 
-    if classified is not None:
-        cols = classified
-        for col in cols:
-            col.name = names[col.pos]
+    if table.numbers is not None and column is None:
+        return _read_numbers(table, table.numbers, names, given, index_pos, why, notes)
+    if table.numbers is not None:
+        numbers = table.numbers
+        cols = [_Column(j, names[j], numbers.text[j], "numeric", integers=bool(numbers.integers[j]),
+                        matrix=numbers.matrix) for j in range(width)]
     else:
         cols = [classify(pos, names[pos], cells, table.decimal) for pos, cells in enumerate(table.columns)]
 
@@ -280,30 +297,12 @@ def read_table(
     ignored_ids: list[_Column] = []
     if given is None and index_pos is None and rows > 1 and numeric and column is None:
         lead = numeric[0]
-        others = numeric[1:]
-        leading = all(c.kind in ("text", "bool") for c in cols[: lead.pos])
-        series = _named_like_neighbour(names, lead.pos, headerless)
-        all_integers = all(c.integers for c in others)
-        if leading and not series and lead.pos == 0 and _is_range(lead) and others:
-            if all_integers:
-                notes.append(f"{shown(lead)} (0..{rows - 1}) read as scores, not pandas' default index: the other "
-                             "columns are integers too; --index-col 0 to read it as row names")
-            else:
-                index_pos = 0
-                why = f"{shown(lead)} (the integers 0..{rows - 1}, pandas' default index)"
-        elif leading and not series and len(others) >= 2 and _is_id(lead):
-            if not all_integers:
-                if lead.pos == 0 or not any(c.kind == "text" for c in cols[: lead.pos]):
-                    index_pos = lead.pos
-                    why = (f"{shown(lead)} (unique integers beside non-integer scores: an id; "
-                           "--index-col none to read it as scores)")
-                else:
-                    ignored_ids.append(lead)
-            elif not headerless and _ID_NAME.fullmatch(lead.name):
-                raise InputError(
-                    f"{source}: column {lead.name!r} holds unique integers, and so do the other numeric columns: "
-                    f"an id or scores? pass --index-col {lead.name} (row names) or --index-col none (scores)"
-                )
+        found, found_why = _lead_rule(source, lead, len(numeric) - 1, all(c.integers for c in numeric[1:]),
+                                      names, headerless, rows, notes)
+        if found is not None and lead.pos > 0 and any(c.kind == "text" for c in cols[: lead.pos]):
+            ignored_ids.append(lead)  # an id beside a text column of row names: neither scores nor names
+        elif found is not None:
+            index_pos, why = found, found_why
     label_pos: int | None = index_pos
     if column is not None:
         value_cols = [cols[names.index(column)]]
@@ -316,10 +315,7 @@ def read_table(
         value_cols = [c for c in cols if is_value(c) and c not in ignored_ids]
         if given is None and label_pos is None and len(value_cols) == 2:
             a, b = value_cols
-            ids = [c for c in (a, b) if _is_id(c) and not _named_like_neighbour(names, c.pos, headerless)]
-            if len(ids) == 2:  # both integers: an id is 0..N-1 or 1..N
-                ids = [c for c in (a, b) if c.values is not None and (
-                    np.array_equal(c.values, np.arange(rows)) or np.array_equal(c.values, np.arange(1, rows + 1)))]
+            ids = _pair_rule(a, b, names, headerless, rows)
             if len(ids) == 1:
                 label_pos = ids[0].pos
                 value_cols = [c for c in value_cols if c is not ids[0]]
@@ -390,6 +386,130 @@ def read_table(
         labels=None if headerless else tuple(entry_names),
         row_names=labels_text,
         where=lambda r, c: table.place(r, value_cols[c].pos),
+        notes=_one_note(notes),
+    )
+
+
+class _Ordinals(Sequence[str]):
+    """The names "1", "2", ... of a headerless table's columns, without storing them."""
+
+    def __init__(self, length: int) -> None:
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [str(i + 1) for i in range(self._length)[index]]
+        if not -self._length <= index < self._length:
+            raise IndexError(index)
+        return str(index % self._length + 1)
+
+
+def _shown(pos: int, names: Sequence[str], headerless: bool) -> str:
+    return f"column {pos + 1}" if headerless else f"column {names[pos]!r}"
+
+
+def _lead_rule(
+    source: str, lead: _Column, others: int, others_integers: bool, names: Sequence[str], headerless: bool,
+    rows: int, notes: list[str],
+) -> tuple[int | None, str | None]:
+    """The first numeric column as row names: pandas' default index 0..N-1, or an id (see the module)."""
+    if _named_like_neighbour(names, lead.pos, headerless):
+        return None, None
+    shown = _shown(lead.pos, names, headerless)
+    if lead.pos == 0 and others and _is_range(lead):
+        if others_integers:
+            notes.append(f"{shown} (0..{rows - 1}) read as scores, not pandas' default index: the other "
+                         "columns are integers too; --index-col 0 to read it as row names")
+            return None, None
+        return 0, f"{shown} (the integers 0..{rows - 1}, pandas' default index)"
+    if others >= 2 and _is_id(lead):
+        if not others_integers:
+            return lead.pos, (f"{shown} (unique integers beside non-integer scores: an id; "
+                              "--index-col none to read it as scores)")
+        if not headerless and _ID_NAME.fullmatch(lead.name):
+            raise InputError(
+                f"{source}: column {lead.name!r} holds unique integers, and so do the other numeric columns: "
+                f"an id or scores? pass --index-col {lead.name} (row names) or --index-col none (scores)"
+            )
+    return None, None
+
+
+def _pair_rule(a: _Column, b: _Column, names: Sequence[str], headerless: bool, rows: int) -> list[_Column]:
+    """Of two numeric columns, the one that is an id (unique integers, not named like the other)."""
+    ids = [c for c in (a, b) if _is_id(c) and not _named_like_neighbour(names, c.pos, headerless)]
+    if len(ids) == 2:  # both integers: an id is 0..N-1 or 1..N
+        ids = [c for c in (a, b) if c.values is not None and (
+            np.array_equal(c.values, np.arange(rows)) or np.array_equal(c.values, np.arange(1, rows + 1)))]
+    return ids
+
+
+def _read_numbers(
+    table: RawTable, numbers: Numbers, names: list[str], given: int | bool | None, index_pos: int | None,
+    why: str | None, notes: list[str],
+) -> LoadedInput:
+    """:func:`read_table` for a table of numbers only, without one Python object per column."""
+    matrix = numbers.matrix
+    rows, width = matrix.shape
+    headerless = table.header is None
+
+    def column(pos: int) -> _Column:
+        return _Column(pos, names[pos], numbers.text[pos], "numeric", integers=bool(numbers.integers[pos]),
+                       matrix=matrix)
+
+    if given is None and index_pos is None and rows > 1 and width > 1:
+        index_pos, why = _lead_rule(table.source, column(0), width - 1, bool(numbers.integers[1:].all()),
+                                    names, headerless, rows, notes)
+        if index_pos is None and width == 2:
+            ids = _pair_rule(column(0), column(1), names, headerless, rows)
+            if len(ids) == 1:
+                index_pos = ids[0].pos
+                why = f"{_shown(index_pos, names, headerless)} (unique integers: an id, not a score)"
+    labels_text: list[str] | None = None
+    if index_pos is not None:
+        label_cells = column(index_pos).cells
+        for i, cell in enumerate(label_cells):
+            if not cell.strip():
+                raise InputError(f"{table.source}: {table.place(i, index_pos)}: empty label")
+        labels_text = [cell.strip() for cell in label_cells]
+        positions = np.delete(np.arange(width), index_pos)
+        arr = np.delete(matrix, index_pos, axis=1)
+        entry_names = names[:index_pos] + names[index_pos + 1 :]
+    else:
+        positions = np.arange(width)
+        arr = matrix
+        entry_names = names
+    if arr.shape[1] == 0:
+        raise InputError(f"{table.source}: no numeric column besides the row names")
+    label_from = why or (_shown(index_pos, names, headerless) if index_pos is not None else None)
+    if arr.shape[1] == 1:
+        only = int(positions[0])
+        if notes or why or width > 2:
+            notes.insert(0, f"read 1 vector of {rows} entries from {_shown(only, names, headerless)}"
+                         + (f"; labels from {label_from}" if label_from else ""))
+        return finish(
+            np.ascontiguousarray(arr).reshape(1, -1), table.source, fmt=table.fmt, labels=labels_text,
+            row_names=(names[only],), where=lambda r, c: table.place(c, only), notes=_one_note(notes),
+        )
+    n = arr.shape[1]
+    if notes or why or n <= 3:
+        what = f"read {rows} vector{'s' * (rows != 1)} of {n} entries ({_names_text(entry_names, headerless)})"
+        if label_from:
+            what += f"; row names from {label_from}"
+        notes.insert(0, what)
+    return finish(
+        arr, table.source, fmt=table.fmt,
+        labels=None if headerless else tuple(entry_names),
+        row_names=labels_text,
+        where=lambda r, c: table.place(r, int(positions[c])),
         notes=_one_note(notes),
     )
 
