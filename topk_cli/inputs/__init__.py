@@ -90,6 +90,7 @@ def load_input(
     if fmt == "json":
         return load_json(data, source, column=column, index_col=index_col)
     text = data.decode("utf-8")
+    del data  # a big file's bytes need not stay beside its text
     if fmt == "jsonl":
         return load_jsonl(text, source, column=column, index_col=index_col)
     return load_csv(text, source, fmt=fmt, sep=sep, decimal=decimal, column=column, index_col=index_col, header=header)

@@ -391,7 +391,7 @@ class _Body:
 
 
 def _parse(cells: list[str], decimal: str) -> NDArray[np.float64] | None:
-    """The cells as float64 in one numpy call, or None when one of them is not a plain number."""
+    """The cells as float64, or None when one of them is not a number (see :func:`parse_number`)."""
     if not cells:
         return np.empty(0)
     joined = "".join(cells)
@@ -399,8 +399,8 @@ def _parse(cells: list[str], decimal: str) -> NDArray[np.float64] | None:
         return None
     if decimal != ".":
         cells = [c.replace(decimal, ".") for c in cells]
-    try:
-        return np.array(cells, dtype=np.float64)
+    try:  # Python's float() is parse_number's grammar once '_' and non-ASCII are excluded, and faster than numpy's
+        return np.fromiter(map(float, cells), dtype=np.float64, count=len(cells))
     except ValueError:
         return None
 
