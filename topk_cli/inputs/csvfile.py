@@ -151,7 +151,7 @@ def _load(
         raise InputError(f"--decimal must be one character other than the separator, got {decimal!r}")
     if decimal is None:
         decimal = "."
-        if delimiter == ";" and _has_decimal_commas(list(csv.reader(sample, delimiter=";"))):
+        if delimiter == ";" and _has_decimal_commas(_split(sample, ";")):
             decimal = ","
             notes.append("decimal commas detected (';'-separated, as European Excel writes; --decimal . to refuse)")
 
@@ -245,7 +245,11 @@ def _rows(text: str, pos: int, skipped: int, delimiter: str, source: str) -> Ite
                 continue  # a blank line (a quoted "" is a missing value); line numbers are kept
             yield line_number, cells
     except csv.Error as exc:
-        raise InputError(f"{source}: line {reader.line_num + skipped}: malformed CSV ({exc})") from None
+        line = reader.line_num + skipped
+        if "new-line character" in str(exc):  # csv's own words point at a Python file mode
+            raise InputError(f"{source}: line {line}: a carriage return (CR) inside a line, outside quotes "
+                             "(mixed line ends? save the file with one kind of line end)") from None
+        raise InputError(f"{source}: line {line}: malformed CSV ({exc})") from None
 
 
 def _ragged(source: str, row: int, line: int, cells: list[str], width: int, delimiter: str, header: bool) -> None:
@@ -419,7 +423,7 @@ def _sniff_separator(sample: list[str]) -> tuple[str, str | None]:
     for candidate in ("\t", ";", ","):
         if not all(candidate in line for line in sample):
             continue
-        counts = {len(row) for row in csv.reader(sample, delimiter=candidate)}
+        counts = {len(row) for row in _split(sample, candidate)}
         if len(counts) == 1 and counts.pop() > 1:
             consistent.append(candidate)
     if consistent:
@@ -439,6 +443,14 @@ def _sniff_separator(sample: list[str]) -> tuple[str, str | None]:
                 "as np.savetxt writes; --sep to override)"
             )
     return ",", None
+
+
+def _split(sample: list[str], delimiter: str) -> list[list[str]]:
+    """The sample lines split into fields ([] when they are not valid CSV: the full read says where)."""
+    try:
+        return list(csv.reader(sample, delimiter=delimiter))
+    except csv.Error:
+        return []
 
 
 def _has_decimal_commas(rows: list[list[str]]) -> bool:
