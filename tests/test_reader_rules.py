@@ -253,7 +253,8 @@ def test_pandas_default_index_beside_floats_is_row_names_beside_integers_scores(
 )
 def test_number_like_text_is_refused_naming_the_cell(tmp_path: Path, content: str, cell: str, cause: str) -> None:
     line = error_of(write(tmp_path, "n.csv", content))
-    assert "(line " in line and "column '" in line and f"{cell} is not a number" in line and cause in line
+    where = "line 3, column 'score'" if content.startswith("score") else "line 2, column '"
+    assert where in line and f"{cell} is not a number" in line and cause in line
 
 
 def test_a_label_column_with_some_number_like_tokens_is_labels(tmp_path: Path) -> None:

@@ -217,7 +217,7 @@ def _load(
         columns = [classify(j, "", col, decimal) for j, col in enumerate(body.columns())]
 
     def row_place(row: int) -> str:
-        return f"row {row + 1} (line {line_numbers[row]})"
+        return f"line {line_numbers[row]}"  # as editors number lines
 
     def place(row: int, col: int) -> str:
         name = f"column {names[col]!r}" if names is not None else f"column {col + 1}"
@@ -253,12 +253,12 @@ def _rows(text: str, pos: int, skipped: int, delimiter: str, source: str) -> Ite
 
 
 def _ragged(source: str, row: int, line: int, cells: list[str], width: int, delimiter: str, header: bool) -> None:
-    """Refuse a row with more or fewer fields than line 1 (``row``: its 0-based place in the data)."""
+    """Refuse a row with more or fewer fields than line 1."""
     kind = "ragged rows: an extra field" if len(cells) > width else "ragged rows"
     if width == 1 and delimiter == "," and _DECIMAL_COMMA.fullmatch(",".join(cells)):
         kind += "; decimal commas? pass --sep ';' --decimal ,"
     what = "the header has" if header else "line 1 has"
-    raise InputError(f"{source}: row {row + 1} (line {line}): {len(cells)} fields, {what} {width} ({kind})")
+    raise InputError(f"{source}: line {line}: {len(cells)} fields, {what} {width} ({kind})")
 
 
 class _Body:

@@ -89,7 +89,7 @@ def number_like(cell: str, decimal: str = ".") -> str | None:
 
 @dataclass(frozen=True)
 class RawTable:
-    """Cells as read. ``place(row, col)`` names a cell for messages (``row 3 (line 5), column 'b'``)."""
+    """Cells as read. ``place(row, col)`` names a cell for messages (``line 5, column 'b'``)."""
 
     source: str
     fmt: str
