@@ -245,11 +245,11 @@ def _rows(text: str, pos: int, skipped: int, delimiter: str, source: str) -> Ite
                 continue  # a blank line (a quoted "" is a missing value); line numbers are kept
             yield line_number, cells
     except csv.Error as exc:
-        line = reader.line_num + skipped
+        at = reader.line_num + skipped
         if "new-line character" in str(exc):  # csv's own words point at a Python file mode
-            raise InputError(f"{source}: line {line}: a carriage return (CR) inside a line, outside quotes "
+            raise InputError(f"{source}: line {at}: a carriage return (CR) inside a line, outside quotes "
                              "(mixed line ends? save the file with one kind of line end)") from None
-        raise InputError(f"{source}: line {line}: malformed CSV ({exc})") from None
+        raise InputError(f"{source}: line {at}: malformed CSV ({exc})") from None
 
 
 def _ragged(source: str, row: int, line: int, cells: list[str], width: int, delimiter: str, header: bool) -> None:
