@@ -208,7 +208,7 @@ def test_nan_is_an_error_whatever_its_share(tmp_path: Path, share: float) -> Non
     code, _, err = compute(path)
     first = len(df) - rows + 1
     assert code == 2 and err.count("\n") == 1
-    assert f"row {first} (line {first + 1}), column 'class_3': empty cell" in err
+    assert f"line {first + 1}, column 'class_3': empty cell" in err
 
 
 def test_nan_in_the_only_row_and_in_json_is_an_error(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_nan_in_the_only_row_and_in_json_is_an_error(tmp_path: Path) -> None:
     df.to_json(tmp_path / "one.json", orient="records")
     single = pd.DataFrame({"score": [0.1, np.nan, 0.3]})
     single.to_csv(tmp_path / "single.csv", index=False)  # pandas writes "" for NaN in one column
-    for name, needle in [("one.csv", "column 'class_2'"), ("one.json", "key 'class_2'"), ("single.csv", "row 2 (line 3)")]:
+    for name, needle in [("one.csv", "column 'class_2'"), ("one.json", "key 'class_2'"), ("single.csv", "line 3")]:
         code, _, err = compute(tmp_path / name)
         assert code == 2 and needle in err, err
 
@@ -229,7 +229,7 @@ def test_duplicate_json_keys_and_extra_csv_fields_are_errors(tmp_path: Path) -> 
     code, _, err = compute(tmp_path / "dup.json")
     assert code == 2 and "duplicate key 'a'" in err
     code, _, err = compute(tmp_path / "extra.csv")
-    assert code == 2 and "row 1 (line 2): 3 fields, the header has 2" in err
+    assert code == 2 and "line 2: 3 fields, the header has 2" in err
 
 
 @pytest.mark.parametrize(

@@ -175,6 +175,11 @@ OrientOpt = Annotated[
         show_default=False,
     ),
 ]
+HeaderOpt = Annotated[
+    Optional[bool],
+    typer.Option("--header/--no-header", help="CSV: line 1 is (not) column names (default: inferred, noted).",
+                 show_default=False),
+]
 MethodOpt = Annotated[
     Optional[list[str]],
     typer.Option("-m", "--method", help="Method name (repeatable), or 'all'. See 'softtopk methods'.", show_default=False),
@@ -307,6 +312,7 @@ def read_vectors(
     sep: str | None = None,
     decimal: str | None = None,
     orient: str | None = None,
+    header: bool | None = None,
 ) -> list[LoadedInput]:
     """Load the vectors of every INPUT, or of ``--values`` (exactly one of them), one per source.
 
@@ -327,7 +333,7 @@ def read_vectors(
         "column": column, "input_format": input_format, "index_col": index_col, "sep": sep, "decimal": decimal,
         "orient": orient,
     }
-    loaded = [load_input(None, values=values)] if not inputs else [load_input(path, **options) for path in inputs]
+    loaded = [load_input(None, values=values)] if not inputs else [load_input(path, header=header, **options) for path in inputs]
     for data in loaded:
         for note in data.notes:
             typer.echo(f"softtopk: note: {data.source}: {note}", err=True)
@@ -380,6 +386,7 @@ def compute(
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
+    header: HeaderOpt = None,
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
@@ -419,7 +426,7 @@ def compute(
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
-    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient)
+    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header)
     names = resolve_methods(method, default=[DEFAULT_METHOD])
     given = {"samples": samples, "seed": seed, "max_iter": max_iter, "tol": tol}
     params = {name: value for name, value in given.items() if value is not None}
@@ -474,6 +481,7 @@ def verify_properties_command(
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
+    header: HeaderOpt = None,
     trials: Annotated[int, typer.Option("--trials", help="Size of the default suite (random vectors per size).")] = 3,
     seed: SeedOpt = 0,
     fmt: FormatOpt = OutputFormat.table,
@@ -503,7 +511,7 @@ def verify_properties_command(
         raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
     vectors = None
     if input is not None or values is not None:
-        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient)
+        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header)
         widths = {d.values.shape[1] for d in loaded}
         if len(widths) > 1:
             raise InvalidArgumentError(f"the inputs hold vectors of different lengths {sorted(widths)}; check them one by one")
@@ -542,6 +550,7 @@ def temperature_sweep_command(
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
+    header: HeaderOpt = None,
     row: Annotated[int, typer.Option("--row", help="Which row of a batch input to sweep (0-based).")] = 0,
     taus: Annotated[
         str, typer.Option("--taus", help="START:STOP:COUNT (log-spaced, endpoints included) or a list a,b,c.")
@@ -571,7 +580,7 @@ def temperature_sweep_command(
     if input is None and values is None:
         x = list(DEFAULT_SWEEP_VECTOR)
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient), "temperature-sweep")
+        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header), "temperature-sweep")
         rows = data.values.shape[0]
         if not 0 <= row < rows:
             raise InvalidArgumentError(f"--row must satisfy 0 <= row < {rows} (rows in {data.source}), got {row}")
@@ -763,6 +772,7 @@ def bench_command(
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
+    header: HeaderOpt = None,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float64: the dtype timed.")] = "float64",
     repeats: Annotated[int, typer.Option("--repeats", help="Repeats per measurement (the median is shown).")] = 5,
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory (tracemalloc).")] = True,
@@ -783,7 +793,7 @@ def bench_command(
         x = random_scores(batch, n, seed=seed, dtype=dtype)
         source = f"random normal scores (seed {seed})"
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient), "bench")
+        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header), "bench")
         x = data.values.astype(check_dtype(dtype))
         source = data.source
     names = resolve_methods(method, default=["all"])
@@ -812,6 +822,7 @@ def inspect_command(
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
+    header: HeaderOpt = None,
     rows: Annotated[int, typer.Option("--rows", help="How many vectors to show (the first ones; 0: none).")] = 5,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
@@ -829,7 +840,7 @@ def inspect_command(
     if rows < 0:
         raise InvalidArgumentError(f"--rows must be >= 0, got {rows}")
     data = load_input(input, column=column, input_format=input_format, index_col=index_col, sep=sep,
-                      decimal=decimal, orient=orient)
+                      decimal=decimal, orient=orient, header=header)
     write_text(render_inspect(data, fmt, rows=rows, color=color_enabled() and output is None), output)
 
 

@@ -62,6 +62,7 @@ def load_input(
     sep: str | None = None,
     decimal: str | None = None,
     orient: str | None = None,
+    header: bool | None = None,
 ) -> LoadedInput:
     """Read the vectors of ``path`` (``"-"`` = stdin) or of the inline string ``values``.
 
@@ -102,33 +103,36 @@ def load_input(
     if fmt is None:
         fmt = _sniff(data)
     loaded = _load_format(data, source, fmt, column=column, index_col=index_col, sep=sep, decimal=decimal,
-                          orient=orient)
+                          orient=orient, header=header)
     return with_decisions(loaded, compression="gzip") if compressed else loaded
 
 
 def _load_format(
     data: bytes, source: str, fmt: str, *, column: str | None, index_col: str | None, sep: str | None,
-    decimal: str | None, orient: str | None,
+    decimal: str | None, orient: str | None, header: bool | None,
 ) -> LoadedInput:
     if column is not None and fmt in ("npy", "npz"):
         raise InputError(f"{source}: --column applies to CSV and JSON tables only (this input is {fmt})")
-    if fmt != "csv" and fmt != "tsv" and (sep is not None or decimal is not None):
-        raise InputError(f"{source}: --sep and --decimal apply to CSV/TSV only (this input is {fmt})")
+    if fmt != "csv" and fmt != "tsv" and (sep is not None or decimal is not None or header is not None):
+        raise InputError(f"{source}: --sep, --decimal and --header apply to CSV/TSV only (this input is {fmt})")
     if orient is not None and fmt != "json":
         raise InputError(f"{source}: --orient applies to JSON objects only (this input is {fmt})")
     if fmt in ("npy", "npz"):
         if index_col is not None:
             raise InputError(f"{source}: --index-col applies to tables only (this input is {fmt})")
         return _load_npz(data, source) if fmt == "npz" else _load_npy(data, source)
+    if _is_utf16(data):
+        raise InputError(f"{source}: UTF-16 encoded text; save it as UTF-8 (Excel: 'CSV UTF-8')")
     if b"\x00" in data[:65536]:
         raise InputError(f"{source}: binary data (NUL bytes), not a {fmt.upper()} text file")
     _check_utf8(data, source)
     if fmt == "json":
         return load_json(data, source, column=column, index_col=index_col, orient=orient)
     text = data.decode("utf-8")
+    del data  # a big file's bytes need not stay beside its text
     if fmt == "jsonl":
         return load_jsonl(text, source, column=column, index_col=index_col)
-    return load_csv(text, source, fmt=fmt, sep=sep, decimal=decimal, column=column, index_col=index_col)
+    return load_csv(text, source, fmt=fmt, sep=sep, decimal=decimal, column=column, index_col=index_col, header=header)
 
 
 # ---- sources and formats -------------------------------------------------------------------
@@ -239,6 +243,17 @@ def _sniff(data: bytes) -> str:
                 return "jsonl"
         return "json"
     return "csv"
+
+
+def _is_utf16(data: bytes) -> bool:
+    """A UTF-16 byte-order mark, or text with a NUL byte beside every ASCII character (no mark)."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    head = data[: min(len(data), 64) // 2 * 2]
+    low, high = head[0::2], head[1::2]
+    return len(head) >= 4 and (
+        (not high.strip(b"\x00") and b"\x00" not in low) or (not low.strip(b"\x00") and b"\x00" not in high)
+    )
 
 
 def _check_utf8(data: bytes, source: str) -> None:

@@ -1,26 +1,35 @@
 """The one layout rule for tables (CSV, TSV, JSON records/columns/split, JSON Lines of records).
 
-A table is a header (or none) and columns of text cells. Every column is classified from all
-its cells: *numeric* (every cell a number; NaN/missing cells make it an error when it is used),
-*text*, or *true/false*. Then, in this order:
+A table is a header (or none) and columns of text cells (or of numbers already parsed, see
+:func:`numeric_column`). Every column is classified from all its cells: *numeric* (every cell a
+number; NaN/missing cells make it an error when it is used), *text*, or *true/false*. Then, in
+this order:
 
 1. Row names: ``index_col`` when given; else pandas' unnamed first column (empty first header
    cell, as ``df.to_csv()`` writes the index); else a first column holding exactly the integers
-   0..N-1 (pandas' default index written with a name or without a header) when another numeric
-   column follows.
+   0..N-1 (pandas' default index written with a name or without a header) beside another numeric
+   column that is not all integers; else a leading numeric column of unique integers (an id: a
+   token id, a position 1..N) beside at least two numeric columns that are not all integers. A
+   column named like its neighbour (``e0`` beside ``e1``, ``0`` beside ``1``) is one of the scores,
+   never row names. A leading column of unique integers named like an id (``id``, ``token_id``,
+   ``pos``...) beside integer columns is refused as ambiguous (``--index-col`` decides).
 2. Two numeric columns left, one of them unique integers (an id, a rank) and the other not:
-   one vector, labelled by the id column.
+   one vector, labelled by the id column (unless they are named alike).
 3. One numeric column: one vector, labelled by the row-name column or else the first text
    column. Several: a batch, one vector per row, the header names label the entries and the
    row-name column or else the first text column names the rows.
-4. Other text and true/false columns are ignored. Every inferred choice is reported in one note.
+4. A text column whose every cell is a number but for a typing convention (``−2`` with a
+   Unicode minus, ``1,000.5``, ``1_000``, ``1 000``) is refused, naming the cell and the cause.
+   Other text and true/false columns are ignored. Every inferred choice is reported in one note.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,35 +41,122 @@ _NUMERIC_MAJORITY = 0.5  # a column whose cells are mostly numbers is numeric wi
 _INTEGER_TEXT = re.compile(r"[\s+\-0-9]*")
 _DECIMAL_COMMA = re.compile(r"\s*[+-]?\d*,\d+(?:[eE][+-]?\d+)?\s*")
 _BOOLS = frozenset(("true", "false"))
+_DIGIT_RUN = re.compile(r"\d+")
+_ID_NAME = re.compile(
+    r"(?i)(?:.*[_\s.-])?(?:id|ids|idx|index|pos|position|token|tok|rank|step|row|sample|item|no|num|number|#)"
+)
+_MINUSES = "\u2212\u2012\u2013\u2014\ufe63\uff0d"
+_THOUSANDS = {".": re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][+-]?\d+)?"),
+              ",": re.compile(r"[+-]?\d{1,3}(?:\.\d{3})+(?:,\d*)?")}
+_SPACES = "\u00a0\u202f\u2009\u2007 '"
+
+
+class NeedText(Exception):
+    """A column's text was dropped while parsing and is needed after all: parse again, keeping it."""
+
+
+def number_like(cell: str, decimal: str = ".") -> str | None:
+    """Why ``cell`` is not a number although a person would read it as one; None otherwise.
+
+    >>> number_like("\u22122.0"), number_like("1,000.5"), number_like("abc")
+    ("a Unicode minus sign (U+2212); write '-'", "a thousands separator ','; write 1000.5", None)
+    """
+    text = cell.strip()
+    if not text or parse_number(text.replace(decimal, ".") if decimal != "." else text) is not None:
+        return None
+
+    def number(candidate: str) -> bool:
+        return parse_number(candidate.replace(decimal, ".") if decimal != "." else candidate) is not None
+
+    for minus in _MINUSES:
+        if minus in text and number(text.replace(minus, "-")):
+            return f"a Unicode minus sign (U+{ord(minus):04X}); write '-'"
+    if "_" in text and number(text.replace("_", "")):
+        return f"'_' digit grouping; write {text.replace('_', '')}"
+    pattern = _THOUSANDS.get(decimal)
+    if pattern is not None and pattern.fullmatch(text):
+        separator = "," if decimal == "." else "."
+        return f"a thousands separator '{separator}'; write {text.replace(separator, '')}"
+    if any(space in text for space in _SPACES) and number("".join(c for c in text if c not in _SPACES)):
+        return "a space or apostrophe inside the number (digit grouping); write the digits only"
+    normal = unicodedata.normalize("NFKC", text)
+    if normal != text and number(normal):
+        return "non-ASCII characters (full-width digits or signs); write ASCII digits"
+    if decimal == "." and _DECIMAL_COMMA.fullmatch(text):
+        return "a decimal comma? pass --decimal ,"
+    return None
 
 
 @dataclass(frozen=True)
 class RawTable:
-    """Cells as read. ``place(row, col)`` names a cell for messages (``row 3 (line 5), column 'b'``)."""
+    """Cells as read. ``place(row, col)`` names a cell for messages (``line 5, column 'b'``)."""
 
     source: str
     fmt: str
     header: list[str] | None
-    columns: list[Sequence[str]]
+    columns: list[Sequence[str] | _Column]
     place: Callable[[int, int], str]
     row_place: Callable[[int], str]
     notes: tuple[str, ...] = ()
     decimal: str = "."
+    numbers: Numbers | None = None  # every column parsed already (``columns`` may then be empty)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
+class Numbers:
+    """A table whose every cell a parser read as a finite number or a ``-inf`` mask (checked).
+
+    ``matrix`` is rows x width; ``integers[j]``: every cell of column j written as an integer;
+    ``text[j]``: column j's cells as written, where the parser kept them (None: dropped).
+    """
+
+    matrix: NDArray[np.float64]
+    integers: NDArray[np.bool_]
+    text: Sequence[Sequence[str] | None]
+
+
+@dataclass(eq=False, slots=True)
 class _Column:
     pos: int
     name: str
-    cells: Sequence[str]
+    text: Sequence[str] | None  # the cells as written (None: dropped by the parser)
     kind: str  # numeric | text | bool | missing
-    values: NDArray[np.float64] | None = None  # NaN where missing
+    own_values: NDArray[np.float64] | None = None  # NaN where missing (None: the matrix's column pos)
     first_missing: int | None = None
     first_text: int | None = None
     integers: bool = False
+    matrix: NDArray[np.float64] | None = None  # the parser's shared matrix (values is its column pos)
+
+    def __len__(self) -> int:
+        return len(self.values) if self.values is not None else len(self.cells)
+
+    @property
+    def values(self) -> NDArray[np.float64] | None:
+        if self.own_values is None and self.matrix is not None:
+            return self.matrix[:, self.pos]
+        return self.own_values
+
+    @property
+    def cells(self) -> Sequence[str]:
+        if self.text is None:
+            raise NeedText(self.pos)
+        return self.text
 
 
-def _classify(pos: int, name: str, cells: Sequence[str], decimal: str) -> _Column:
+def numeric_column(matrix: NDArray[np.float64], pos: int, integers: bool, text: Sequence[str] | None) -> _Column:
+    """A column a parser already read as numbers: every cell a finite number or a ``-inf`` mask.
+
+    ``matrix`` (rows x width) is shared by the table's numeric columns; ``integers``: every cell
+    written as an integer; ``text``: the cells as written, where the parser kept them (None: dropped).
+    """
+    return _Column(pos, "", text, "numeric", integers=integers, matrix=matrix)
+
+
+def classify(pos: int, name: str, cells: Sequence[str] | _Column, decimal: str) -> _Column:
+    """The column's kind and numbers, from all its cells."""
+    if isinstance(cells, _Column):
+        cells.name = name
+        return cells
     parse_cells = cells if decimal == "." else [c.replace(decimal, ".") for c in cells]
     joined = "".join(parse_cells)
     values: NDArray[np.float64] | None = None
@@ -106,7 +202,7 @@ def _classify(pos: int, name: str, cells: Sequence[str], decimal: str) -> _Colum
 def _is_range(column: _Column) -> bool:
     """The integers 0..N-1 in order: pandas' default index."""
     return column.integers and column.values is not None and bool(
-        np.array_equal(column.values, np.arange(len(column.cells)))
+        np.array_equal(column.values, np.arange(len(column.values)))
     )
 
 
@@ -140,13 +236,31 @@ def _names_text(names: Sequence[str], headerless: bool) -> str:
     return ("columns " if len(names) > 1 else "column ") + ", ".join(names)
 
 
-def read_table(table: RawTable, *, column: str | None = None, index_col: str | None = None) -> LoadedInput:
+def _named_like_neighbour(names: Sequence[str], pos: int, headerless: bool) -> bool:
+    """``e0`` beside ``e1`` (or ``0`` beside ``1``): one of a series of score columns, not an id."""
+    if headerless:
+        return False
+    stem = _DIGIT_RUN.sub("#", names[pos])
+    if "#" not in stem:
+        return False
+    return any(_DIGIT_RUN.sub("#", names[p]) == stem for p in (pos - 1, pos + 1) if 0 <= p < len(names))
+
+
+def read_table(
+    table: RawTable,
+    *,
+    column: str | None = None,
+    index_col: str | None = None,
+) -> LoadedInput:
     """Apply the layout rule of this module to ``table``; see the module docstring."""
     source = table.source
-    width = len(table.columns)
+    if table.numbers is not None:
+        rows, width = table.numbers.matrix.shape
+    else:
+        width = len(table.columns)
+        rows = len(table.columns[0]) if table.columns else 0
     headerless = table.header is None
-    names = list(table.header) if table.header is not None else [str(i + 1) for i in range(width)]
-    rows = len(table.columns[0]) if table.columns else 0
+    names: list[str] = list(table.header) if table.header is not None else _Ordinals(width)  # type: ignore[assignment]
     if rows == 0:
         raise InputError(f"{source}: no data rows (only a header)" if not headerless else f"{source}: no data rows")
     if column is not None and (headerless or column not in names):
@@ -159,11 +273,19 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
     if given is None and table.header is not None and names[0] == "" and width > 1:
         index_pos = 0
         why = "the unnamed first column (the index pandas writes)"
-    for pos, name in enumerate(names):
-        if name == "" and pos != index_pos:
-            raise InputError(f"{source}: header: column {pos + 1} has no name")
+    if not headerless and "" in names:
+        for pos, name in enumerate(names):
+            if name == "" and pos != index_pos:
+                raise InputError(f"{source}: header: column {pos + 1} has no name")
 
-    cols = [_classify(pos, names[pos], cells, table.decimal) for pos, cells in enumerate(table.columns)]
+    if table.numbers is not None and column is None:
+        return _read_numbers(table, table.numbers, names, given, index_pos, why, notes)
+    if table.numbers is not None:
+        numbers = table.numbers
+        cols = [_Column(j, names[j], numbers.text[j], "numeric", integers=bool(numbers.integers[j]),
+                        matrix=numbers.matrix) for j in range(width)]
+    else:
+        cols = [classify(pos, names[pos], cells, table.decimal) for pos, cells in enumerate(table.columns)]
 
     def shown(col: _Column) -> str:
         return f"column {col.pos + 1}" if headerless else f"column {col.name!r}"
@@ -171,10 +293,16 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
     def is_value(col: _Column) -> bool:
         return col.kind in ("numeric", "missing") and col.pos != index_pos
 
-    if given is None and index_pos is None and len(cols) > 1 and _is_range(cols[0]) and rows > 1:
-        if sum(1 for c in cols[1:] if c.kind in ("numeric", "missing")) >= 1:
-            index_pos = 0
-            why = f"{shown(cols[0])} (the integers 0..{rows - 1}, pandas' default index)"
+    numeric = [c for c in cols if c.kind in ("numeric", "missing")]
+    ignored_ids: list[_Column] = []
+    if given is None and index_pos is None and rows > 1 and numeric and column is None:
+        lead = numeric[0]
+        found, found_why = _lead_rule(source, lead, len(numeric) - 1, all(c.integers for c in numeric[1:]),
+                                      names, headerless, rows, notes)
+        if found is not None and lead.pos > 0 and any(c.kind == "text" for c in cols[: lead.pos]):
+            ignored_ids.append(lead)  # an id beside a text column of row names: neither scores nor names
+        elif found is not None:
+            index_pos, why = found, found_why
     label_pos: int | None = index_pos
     if column is not None:
         value_cols = [cols[names.index(column)]]
@@ -184,13 +312,10 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
                 i for i, c in enumerate(value_cols[0].cells) if parse_number(c) is None
             )
     else:
-        value_cols = [c for c in cols if is_value(c)]
+        value_cols = [c for c in cols if is_value(c) and c not in ignored_ids]
         if given is None and label_pos is None and len(value_cols) == 2:
             a, b = value_cols
-            ids = [c for c in (a, b) if _is_id(c)]
-            if len(ids) == 2:  # both integers: an id is 0..N-1 or 1..N
-                ids = [c for c in (a, b) if c.values is not None and (
-                    np.array_equal(c.values, np.arange(rows)) or np.array_equal(c.values, np.arange(1, rows + 1)))]
+            ids = _pair_rule(a, b, names, headerless, rows)
             if len(ids) == 1:
                 label_pos = ids[0].pos
                 value_cols = [c for c in value_cols if c is not ids[0]]
@@ -201,9 +326,8 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
     for col in value_cols:
         if col.first_text is not None:
             cell = col.cells[col.first_text]
-            hint = ""
-            if table.decimal == "." and _DECIMAL_COMMA.fullmatch(cell):
-                hint = " (a decimal comma? pass --decimal ,)"
+            cause = number_like(cell, table.decimal)
+            hint = f" ({cause})" if cause else ""
             raise InputError(f"{source}: {table.place(col.first_text, col.pos)}: {cell.strip()!r} is not a number{hint}")
         if col.kind == "missing" or col.first_missing is not None:
             row = col.first_missing if col.first_missing is not None else 0
@@ -212,13 +336,14 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
             what = "empty cell" if not cell else f"{cell!r} ({kind}) is not allowed (use -inf to mask an entry)"
             raise InputError(f"{source}: {table.place(row, col.pos)}: {what}")
     text_cols = [c for c in cols if c.kind == "text" and c.pos != index_pos]
+    for col in text_cols:
+        _refuse_number_like(table, col)
     if label_pos is None and text_cols:
         label_pos = text_cols[0].pos
     used = {c.pos for c in value_cols}  # positions: comparing columns would be quadratic
     ignored = [c for c in cols if c.pos != label_pos and c.pos not in used and (column is None or c.kind != "numeric")]
     if ignored and column is None:
-        notes.append("ignored " + ", ".join(f"{shown(c)} ({'true/false' if c.kind == 'bool' else 'text'})"
-                                            for c in ignored))
+        notes.append("ignored " + ", ".join(f"{shown(c)} ({_kind_text(c, ignored_ids)})" for c in ignored))
 
     labels_text: list[str] | None = None
     if label_pos is not None:
@@ -230,6 +355,8 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
 
     for col in value_cols:
         assert col.values is not None
+        if col.matrix is not None:
+            continue  # the parser checked its infinities (only -inf masks, as written)
         infinite = np.flatnonzero(np.isinf(col.values))
         for i in infinite.tolist():
             check_value(float(col.values[i]), col.cells[i].replace(table.decimal, "."), source, table.place(i, col.pos))
@@ -237,7 +364,7 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
     if len(value_cols) == 1:
         only = value_cols[0]
         assert only.values is not None
-        arr = only.values.reshape(1, -1)
+        arr = np.ascontiguousarray(only.values).reshape(1, -1)
         if notes or why or len(cols) > 2:
             notes.insert(0, f"read 1 vector of {rows} entries from {shown(only)}"
                          + (f"; labels from {why or shown(cols[label_pos])}" if label_pos is not None else ""))
@@ -245,7 +372,7 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
             arr, source, fmt=table.fmt, labels=labels_text, row_names=(only.name,),
             where=lambda r, c: table.place(c, only.pos), notes=_one_note(notes),
         )
-    arr = np.column_stack([c.values for c in value_cols if c.values is not None])
+    arr = _stack(value_cols, width)
     n_rows = arr.shape[0]
     entry_names = [c.name for c in value_cols]
     n = len(value_cols)
@@ -261,6 +388,166 @@ def read_table(table: RawTable, *, column: str | None = None, index_col: str | N
         where=lambda r, c: table.place(r, value_cols[c].pos),
         notes=_one_note(notes),
     )
+
+
+class _Ordinals(Sequence[str]):
+    """The names "1", "2", ... of a headerless table's columns, without storing them."""
+
+    def __init__(self, length: int) -> None:
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [str(i + 1) for i in range(self._length)[index]]
+        if not -self._length <= index < self._length:
+            raise IndexError(index)
+        return str(index % self._length + 1)
+
+
+def _shown(pos: int, names: Sequence[str], headerless: bool) -> str:
+    return f"column {pos + 1}" if headerless else f"column {names[pos]!r}"
+
+
+def _lead_rule(
+    source: str, lead: _Column, others: int, others_integers: bool, names: Sequence[str], headerless: bool,
+    rows: int, notes: list[str],
+) -> tuple[int | None, str | None]:
+    """The first numeric column as row names: pandas' default index 0..N-1, or an id (see the module)."""
+    if _named_like_neighbour(names, lead.pos, headerless):
+        return None, None
+    shown = _shown(lead.pos, names, headerless)
+    if lead.pos == 0 and others and _is_range(lead):
+        if others_integers:
+            notes.append(f"{shown} (0..{rows - 1}) read as scores, not pandas' default index: the other "
+                         "columns are integers too; --index-col 0 to read it as row names")
+            return None, None
+        return 0, f"{shown} (the integers 0..{rows - 1}, pandas' default index)"
+    if others >= 2 and _is_id(lead):
+        if not others_integers:
+            return lead.pos, (f"{shown} (unique integers beside non-integer scores: an id; "
+                              "--index-col none to read it as scores)")
+        if not headerless and _ID_NAME.fullmatch(lead.name):
+            raise InputError(
+                f"{source}: column {lead.name!r} holds unique integers, and so do the other numeric columns: "
+                f"an id or scores? pass --index-col {lead.name} (row names) or --index-col none (scores)"
+            )
+    return None, None
+
+
+def _pair_rule(a: _Column, b: _Column, names: Sequence[str], headerless: bool, rows: int) -> list[_Column]:
+    """Of two numeric columns, the one that is an id (unique integers, not named like the other)."""
+    ids = [c for c in (a, b) if _is_id(c) and not _named_like_neighbour(names, c.pos, headerless)]
+    if len(ids) == 2:  # both integers: an id is 0..N-1 or 1..N
+        ids = [c for c in (a, b) if c.values is not None and (
+            np.array_equal(c.values, np.arange(rows)) or np.array_equal(c.values, np.arange(1, rows + 1)))]
+    return ids
+
+
+def _read_numbers(
+    table: RawTable, numbers: Numbers, names: list[str], given: int | bool | None, index_pos: int | None,
+    why: str | None, notes: list[str],
+) -> LoadedInput:
+    """:func:`read_table` for a table of numbers only, without one Python object per column."""
+    matrix = numbers.matrix
+    rows, width = matrix.shape
+    headerless = table.header is None
+
+    def column(pos: int) -> _Column:
+        return _Column(pos, names[pos], numbers.text[pos], "numeric", integers=bool(numbers.integers[pos]),
+                       matrix=matrix)
+
+    if given is None and index_pos is None and rows > 1 and width > 1:
+        index_pos, why = _lead_rule(table.source, column(0), width - 1, bool(numbers.integers[1:].all()),
+                                    names, headerless, rows, notes)
+        if index_pos is None and width == 2:
+            ids = _pair_rule(column(0), column(1), names, headerless, rows)
+            if len(ids) == 1:
+                index_pos = ids[0].pos
+                why = f"{_shown(index_pos, names, headerless)} (unique integers: an id, not a score)"
+    labels_text: list[str] | None = None
+    if index_pos is not None:
+        label_cells = column(index_pos).cells
+        for i, cell in enumerate(label_cells):
+            if not cell.strip():
+                raise InputError(f"{table.source}: {table.place(i, index_pos)}: empty label")
+        labels_text = [cell.strip() for cell in label_cells]
+        positions = np.delete(np.arange(width), index_pos)
+        arr = np.delete(matrix, index_pos, axis=1)
+        entry_names = names[:index_pos] + names[index_pos + 1 :]
+    else:
+        positions = np.arange(width)
+        arr = matrix
+        entry_names = names
+    if arr.shape[1] == 0:
+        raise InputError(f"{table.source}: no numeric column besides the row names")
+    label_from = why or (_shown(index_pos, names, headerless) if index_pos is not None else None)
+    if arr.shape[1] == 1:
+        only = int(positions[0])
+        if notes or why or width > 2:
+            notes.insert(0, f"read 1 vector of {rows} entries from {_shown(only, names, headerless)}"
+                         + (f"; labels from {label_from}" if label_from else ""))
+        return finish(
+            np.ascontiguousarray(arr).reshape(1, -1), table.source, fmt=table.fmt, labels=labels_text,
+            row_names=(names[only],), where=lambda r, c: table.place(c, only), notes=_one_note(notes),
+        )
+    n = arr.shape[1]
+    if notes or why or n <= 3:
+        what = f"read {rows} vector{'s' * (rows != 1)} of {n} entries ({_names_text(entry_names, headerless)})"
+        if label_from:
+            what += f"; row names from {label_from}"
+        notes.insert(0, what)
+    return finish(
+        arr, table.source, fmt=table.fmt,
+        labels=None if headerless else tuple(entry_names),
+        row_names=labels_text,
+        where=lambda r, c: table.place(r, int(positions[c])),
+        notes=_one_note(notes),
+    )
+
+
+def _kind_text(col: _Column, ids: list[_Column]) -> str:
+    if col in ids:
+        return "unique integers: an id"
+    return "true/false" if col.kind == "bool" else "text"
+
+
+def _stack(value_cols: list[_Column], width: int) -> NDArray[np.float64]:
+    """The value columns side by side: the parser's matrix itself when they are all of it."""
+    matrix = value_cols[0].matrix
+    if matrix is not None and all(c.matrix is matrix for c in value_cols):
+        positions = [c.pos for c in value_cols]
+        if positions == list(range(matrix.shape[1])):
+            return matrix
+        return matrix[:, positions]
+    return np.column_stack([c.values for c in value_cols if c.values is not None])
+
+
+def _refuse_number_like(table: RawTable, col: _Column) -> None:
+    """A text column of numbers written with a typing convention (a Unicode minus, 1,000.5): refused."""
+    causes: list[tuple[int, str]] = []
+    for i, cell in enumerate(col.cells):
+        if cell.strip().lower() in MISSING_MARKERS or parse_number(
+            cell.replace(table.decimal, ".") if table.decimal != "." else cell
+        ) is not None:
+            continue
+        cause = number_like(cell, table.decimal)
+        if cause is None:
+            return  # real text: a label column
+        causes.append((i, cause))
+    if causes:
+        row, cause = causes[0]
+        raise InputError(
+            f"{table.source}: {table.place(row, col.pos)}: {col.cells[row].strip()!r} is not a number ({cause})"
+        )
 
 
 def _one_note(notes: list[str]) -> tuple[str, ...]:
