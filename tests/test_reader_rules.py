@@ -302,3 +302,22 @@ def test_a_bad_cell_far_down_a_tall_file_is_named(tmp_path: Path) -> None:
     path = write(tmp_path, "tall.csv", "id,score\n" + "\n".join(rows) + "\n")
     line = error_of(path)
     assert "line 35002" in line and "column 'score'" in line and "NaN" in line
+
+
+def test_inspect_records_the_csv_decisions(tmp_path) -> None:
+    # inspect shows the reader's decisions field by field, not "not recorded"
+    from conftest import run_cli
+
+    path = tmp_path / "ids.csv"
+    path.write_text("token_id,e0,e1,e2\n101,0.5,1.5,-0.2\n2023,0.1,0.3,2.2\n7,1.0,0.0,0.25\n")
+    doc = run_cli("inspect", "--format", "json", path).json()
+    assert (doc["separator"], doc["decimal"], doc["header"]) == (",", ".", True)
+    assert doc["row_names_from"].startswith("column 'token_id'")
+    assert doc["labels_from"] == "the header"
+    path = tmp_path / "lab.csv"
+    path.write_text("word;score;flag\nthe;0,5;true\ncat;1,5;false\nsat;0,2;true\n")
+    doc = run_cli("inspect", "--format", "json", path).json()
+    assert (doc["separator"], doc["decimal"], doc["header"]) == (";", ",", True)
+    assert doc["labels_from"] == "column 'word'"
+    assert doc["ignored"] == ["column 'flag'"]
+    assert doc["row_names_from"] == "the name of column 'score'"

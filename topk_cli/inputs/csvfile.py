@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.errors import InputError
-from topk_cli.inputs.model import MASK_SPELLINGS, LoadedInput, parse_number
+from topk_cli.inputs.model import MASK_SPELLINGS, LoadedInput, parse_number, with_decisions
 from topk_cli.inputs.table import (
     _DECIMAL_COMMA,
     _INTEGER_TEXT,
@@ -224,7 +224,8 @@ def _load(
         return f"{row_place(row)}, {name}"
 
     table = RawTable(source, fmt, names, columns, place, row_place, tuple(notes), decimal, numbers)
-    return read_table(table, column=column, index_col=index_col)
+    loaded = read_table(table, column=column, index_col=index_col)
+    return with_decisions(loaded, separator=delimiter, decimal=decimal, header=bool(is_header))
 
 
 def _rows(text: str, pos: int, skipped: int, delimiter: str, source: str) -> Iterator[tuple[int, list[str]]]:

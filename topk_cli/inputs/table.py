@@ -35,7 +35,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.errors import InputError
-from topk_cli.inputs.model import MISSING_MARKERS, LoadedInput, check_value, finish, parse_number
+from topk_cli.inputs.model import (
+    MISSING_MARKERS,
+    LoadedInput,
+    check_value,
+    finish,
+    parse_number,
+    with_decisions,
+)
 
 _NUMERIC_MAJORITY = 0.5  # a column whose cells are mostly numbers is numeric with bad cells
 _INTEGER_TEXT = re.compile(r"[\s+\-0-9]*")
@@ -368,9 +375,14 @@ def read_table(
         if notes or why or len(cols) > 2:
             notes.insert(0, f"read 1 vector of {rows} entries from {shown(only)}"
                          + (f"; labels from {why or shown(cols[label_pos])}" if label_pos is not None else ""))
-        return finish(
+        loaded = finish(
             arr, source, fmt=table.fmt, labels=labels_text, row_names=(only.name,),
             where=lambda r, c: table.place(c, only.pos), notes=_one_note(notes),
+        )
+        return with_decisions(
+            loaded, row_names_from=f"the name of {shown(only)}",
+            labels_from=(why or shown(cols[label_pos])) if label_pos is not None else None,
+            ignored=tuple(shown(c) for c in ignored),
         )
     arr = _stack(value_cols, width)
     n_rows = arr.shape[0]
@@ -381,12 +393,16 @@ def read_table(
         if label_pos is not None:
             what += f"; row names from {why or shown(cols[label_pos])}"
         notes.insert(0, what)
-    return finish(
+    loaded = finish(
         arr, source, fmt=table.fmt,
         labels=None if headerless else tuple(entry_names),
         row_names=labels_text,
         where=lambda r, c: table.place(r, value_cols[c].pos),
         notes=_one_note(notes),
+    )
+    return with_decisions(
+        loaded, row_names_from=(why or shown(cols[label_pos])) if label_pos is not None else None,
+        labels_from=None if headerless else _header_source(table.fmt), ignored=tuple(shown(c) for c in ignored),
     )
 
 
@@ -495,23 +511,30 @@ def _read_numbers(
         if notes or why or width > 2:
             notes.insert(0, f"read 1 vector of {rows} entries from {_shown(only, names, headerless)}"
                          + (f"; labels from {label_from}" if label_from else ""))
-        return finish(
+        loaded = finish(
             np.ascontiguousarray(arr).reshape(1, -1), table.source, fmt=table.fmt, labels=labels_text,
             row_names=(names[only],), where=lambda r, c: table.place(c, only), notes=_one_note(notes),
         )
+        return with_decisions(loaded, row_names_from=f"the name of {_shown(only, names, headerless)}",
+                              labels_from=label_from)
     n = arr.shape[1]
     if notes or why or n <= 3:
         what = f"read {rows} vector{'s' * (rows != 1)} of {n} entries ({_names_text(entry_names, headerless)})"
         if label_from:
             what += f"; row names from {label_from}"
         notes.insert(0, what)
-    return finish(
+    loaded = finish(
         arr, table.source, fmt=table.fmt,
         labels=None if headerless else tuple(entry_names),
         row_names=labels_text,
         where=lambda r, c: table.place(r, int(positions[c])),
         notes=_one_note(notes),
     )
+    return with_decisions(loaded, row_names_from=label_from, labels_from=None if headerless else _header_source(table.fmt))
+
+
+def _header_source(fmt: str) -> str:
+    return "the header" if fmt in ("csv", "tsv") else "the keys"
 
 
 def _kind_text(col: _Column, ids: list[_Column]) -> str:
