@@ -6,6 +6,7 @@ Never prints. matplotlib is imported only inside :func:`render_plot_png` (an opt
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -13,14 +14,27 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from topk_cli.analysis.sweep import SweepResult
+from topk_cli.analysis.sweep import SweepPoint, SweepResult
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
 POINT_KEYS = (
     "l1_to_hard", "topk_mass", "max_entry_error", "entropy", "jacobian_norm", "small_gradient_fraction",
 )
-CSV_COLUMNS = ("method", "tau", *POINT_KEYS, "status", "jacobian_status")
+#: The tidy CSV: one row per measurement, ``kind`` saying which: ``point`` (a method at a grid
+#: tau), ``limit`` (its limits; ``tau`` is the tau of the tau -> 0 limit, the vectors are JSON
+#: text), ``match`` (``--match``) and ``hardness`` (``--hardness``: the measurements at that tau).
+#: The first columns are those of the points, in their original order.
+CSV_COLUMNS = (
+    "method", "tau", *POINT_KEYS, "status", "jacobian_status", "kind", "failed_rows", "target",
+    "hardness_status", "reason", "converges", "limit_error", "uniform_at_infinity", "infinity_tau",
+    "limit", "infinity_limit",
+)
+#: How a batch is aggregated (stated in the table and the JSON document).
+AGGREGATE = (
+    "mean over rows of each row's value (max entry err: max over rows and entries); "
+    "rows a method cannot compute are left out and counted in failed_rows"
+)
 _BARS = " ▁▂▃▄▅▆▇█"
 
 
@@ -28,17 +42,34 @@ def _vector(v: Sequence[float] | None) -> str:
     return "-" if v is None else "[" + ", ".join(format_float(x, 4) for x in v) + "]"
 
 
+def _rows(rows: Sequence[Sequence[float] | None]) -> list[list[float] | None]:
+    return [list(r) if r is not None else None for r in rows]
+
+
+def _limit_vectors(result: SweepResult, single: Sequence[float] | None, rows: Sequence[Sequence[float] | None]) -> Any:
+    """The vector of a single-vector sweep; one vector per row (None where failed) for a batch."""
+    if result.batch:
+        return _rows(rows)
+    return list(single) if single is not None else None
+
+
 def sweep_document(result: SweepResult) -> dict[str, Any]:
-    """The documented JSON document (``results``, ``limits``) plus input, grid and matches."""
+    """The documented JSON document (``results``, ``limits``) plus input, grid and matches.
+
+    For a batch, ``x`` and ``hard`` (and each limit vector) are lists of rows, and ``aggregate``
+    says how the measurements combine the rows.
+    """
     return {
         "k": result.k,
-        "x": list(result.x),
-        "hard": list(result.hard),
+        "x": _rows(result.rows) if result.batch else list(result.x),
+        "hard": _rows(result.hard_rows) if result.batch else list(result.hard),
+        "rows": len(result.rows) if result.rows else 1,
+        "aggregate": AGGREGATE if result.batch else None,
         "taus": list(result.taus),
         "results": [
             {
                 "method": p.method, "tau": p.tau, **{key: getattr(p, key) for key in POINT_KEYS},
-                "status": p.status, "jacobian_status": p.jacobian_status,
+                "status": p.status, "jacobian_status": p.jacobian_status, "failed_rows": p.failed_rows,
             }
             for p in result.points
         ],
@@ -46,18 +77,22 @@ def sweep_document(result: SweepResult) -> dict[str, Any]:
             {
                 "method": lim.method,
                 "converges": lim.converges,
-                "limit": list(lim.limit) if lim.limit is not None else None,
+                "limit": _limit_vectors(result, lim.limit, lim.limit_rows),
                 "limit_tau": lim.limit_tau,
                 "limit_status": lim.limit_status,
                 "limit_error": lim.limit_error,
-                "infinity_limit": list(lim.infinity_limit) if lim.infinity_limit is not None else None,
+                "infinity_limit": _limit_vectors(result, lim.infinity_limit, lim.infinity_rows),
                 "infinity_tau": lim.infinity_tau,
                 "uniform_at_infinity": lim.uniform_at_infinity,
             }
             for lim in result.limits
         ],
         "matches": [
-            {"method": m.method, "target": m.target, "tau": m.tau, "topk_mass": m.topk_mass} for m in result.matches
+            {
+                "method": m.method, "target": m.target, "tau": m.tau, "topk_mass": m.topk_mass,
+                "status": m.status, "reason": m.reason,
+            }
+            for m in result.matches
         ],
         "hardness": [
             {
@@ -77,17 +112,46 @@ def render_sweep_json(result: SweepResult) -> str:
 
 
 def render_sweep_csv(result: SweepResult) -> str:
-    """Tidy CSV: one row per (method, tau)."""
-    return render_csv(sweep_document(result)["results"], CSV_COLUMNS)
+    """Tidy CSV: one row per measurement (see :data:`CSV_COLUMNS`): the grid, limits, matches."""
+    doc = sweep_document(result)
+    rows: list[dict[str, Any]] = [{**r, "kind": "point"} for r in doc["results"]]
+    for lim in doc["limits"]:
+        rows.append({
+            "kind": "limit", "method": lim["method"], "tau": lim["limit_tau"], "status": lim["limit_status"],
+            "converges": lim["converges"], "limit_error": lim["limit_error"],
+            "uniform_at_infinity": lim["uniform_at_infinity"], "infinity_tau": lim["infinity_tau"],
+            "limit": json.dumps(lim["limit"]), "infinity_limit": json.dumps(lim["infinity_limit"]),
+        })
+    for m in doc["matches"]:
+        rows.append({
+            "kind": "match", "method": m["method"], "tau": m["tau"], "topk_mass": m["topk_mass"],
+            "target": m["target"], "hardness_status": m["status"], "reason": m["reason"],
+        })
+    for h in doc["hardness"]:
+        rows.append({**h, "kind": "hardness"})
+    return render_csv(rows, CSV_COLUMNS)
 
 
 def _num(v: float | None, digits: int = 4) -> str:
     return "-" if v is None else format_float(v, digits)
 
 
+def _input(result: SweepResult) -> str:
+    if result.batch:
+        return f"{len(result.rows)} rows x n = {len(result.rows[0])}, means over rows"
+    return f"x = {_vector(result.x)}"
+
+
+def _point_status(result: SweepResult, p: SweepPoint) -> str:
+    text = p.status if p.jacobian_status in ("ok", p.status) else f"{p.status} (J: {p.jacobian_status})"
+    if result.batch and p.failed_rows:
+        text += f" ({p.failed_rows}/{len(result.rows)} rows)"
+    return text
+
+
 def points_table(result: SweepResult) -> Table:
     """One row per (method, tau)."""
-    table = Table(title=f"Temperature sweep, k = {result.k}, x = {_vector(result.x)}", title_justify="left")
+    table = Table(title=f"Temperature sweep, k = {result.k}, {_input(result)}", title_justify="left")
     for col in ("method", "tau", "L1 to hard", "top-k mass", "max entry err", "entropy", "||J||_F", "dead grad", "status"):
         table.add_column(col, justify="left" if col in ("method", "status") else "right", no_wrap=True)
     previous = None
@@ -97,10 +161,7 @@ def points_table(result: SweepResult) -> Table:
             format_float(p.tau, 4),
             _num(p.l1_to_hard), _num(p.topk_mass), _num(p.max_entry_error), _num(p.entropy),
             _num(p.jacobian_norm), _num(p.small_gradient_fraction, 2),
-            Text(
-                p.status if p.jacobian_status in ("ok", p.status) else f"{p.status} (J: {p.jacobian_status})",
-                style="green" if p.status == "ok" and p.jacobian_status == "ok" else "red",
-            ),
+            Text(_point_status(result, p), style="green" if p.status == "ok" and p.jacobian_status == "ok" else "red"),
             end_section=False,
         )
         previous = p.method
@@ -109,16 +170,25 @@ def points_table(result: SweepResult) -> Table:
 
 def limits_table(result: SweepResult) -> Table:
     """tau -> 0 and tau -> infinity limits per method."""
-    table = Table(title=f"Limits (hard top-k = {_vector(result.hard)})", title_justify="left")
-    for col in ("method", "-> hard top-k", "limit as tau -> 0", "limit as tau -> inf", "k/n at inf"):
-        table.add_column(col, no_wrap=True)
+    if result.batch:
+        title = f"Limits over all {len(result.rows)} rows (the vectors per row: --format json)"
+        columns: tuple[str, ...] = ("method", "-> hard top-k", "max error at tau -> 0", "k/n at inf")
+    else:
+        title = f"Limits (hard top-k = {_vector(result.hard)})"
+        columns = ("method", "-> hard top-k", "limit as tau -> 0", "limit as tau -> inf", "k/n at inf")
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, no_wrap=True, justify="right" if col.startswith("max error") else "left")
     for lim in result.limits:
         if lim.converges is None:
             conv = Text(f"failed ({lim.limit_status})", style="red")
         else:
             conv = Text("yes" if lim.converges else "NO", style="green" if lim.converges else "bold red")
         uniform = "-" if lim.uniform_at_infinity is None else ("yes" if lim.uniform_at_infinity else "no")
-        table.add_row(lim.method, conv, _vector(lim.limit), _vector(lim.infinity_limit), uniform)
+        if result.batch:
+            table.add_row(lim.method, conv, _num(lim.limit_error, 2), uniform)
+        else:
+            table.add_row(lim.method, conv, _vector(lim.limit), _vector(lim.infinity_limit), uniform)
     return table
 
 
@@ -131,8 +201,10 @@ def matches_table(result: SweepResult) -> Table | None:
     table.add_column("method")
     table.add_column("tau", justify="right")
     table.add_column("top-k mass", justify="right")
+    table.add_column("note")
     for m in result.matches:
-        table.add_row(m.method, _num(m.tau, 6) if m.tau is not None else "unreachable", _num(m.topk_mass, 6))
+        tau = _num(m.tau, 6) if m.tau is not None else ("-" if m.status == "constant" else "unreachable")
+        table.add_row(m.method, tau, _num(m.topk_mass, 6), m.reason if m.status != "ok" else "")
     return table
 
 
