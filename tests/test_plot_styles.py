@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import colorsys
+import itertools
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_families_share_a_hue() -> None:
     assert len(spreads) >= 3 and max(spreads) < 0.3  # threshold: greens, gradient: blues, iterative: oranges
     # and no family's hues reach into another's
     bands = sorted((min(h), max(h)) for h in by_family.values())
-    assert all(a[1] < b[0] for a, b in zip(bands, bands[1:], strict=False)), bands
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(bands)), bands
 
 
 def test_unknown_names_get_deterministic_distinct_styles() -> None:
