@@ -172,6 +172,7 @@ def _hanging(text: Text, indent: int, console: Console, width: int) -> Text:
     for i, line in enumerate(lines):
         if i:
             out.append("\n" + " " * indent)
+        line.rstrip()
         out.append_text(line)
     return out
 
