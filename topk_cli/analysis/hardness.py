@@ -20,7 +20,7 @@ point that qualifies, and refines between it and its softer neighbour by the Ill
 regula falsi on ``log tau`` (with a bisection whenever it stalls) to float64 precision: the mean
 mass at the returned tau is within ``MASS_TOLERANCE = 1e-9`` of ``H`` (from above) wherever the
 mass is continuous in tau. Where it is not (a Monte Carlo estimate with a fixed seed is a step
-function of tau; ``weighted-softmax`` has poles), the bracket shrinks to ``1e-13`` in ``log tau``
+function of tau; ``weighted-softmax`` has poles), the bracket shrinks to ``1e-10`` in ``log tau``
 and the result is the closest mass from above. A crossing and recrossing inside one grid step
 (a factor 2.15 in tau) is not resolved. This is the one solver behind ``compute --hardness``,
 ``temperature-sweep --hardness`` and ``--match``, and ``train-probe``. A target is *unreachable* when no grid tau qualifies; the reason says whether
@@ -51,14 +51,17 @@ GRID_PER_DECADE = 3
 #: The refinement stops once the mass is within this of the target (from above): float64
 #: precision for a mean of masses in [0, 1] (each row's mass is exact to a few ulps).
 MASS_TOLERANCE = 1e-9
-#: ... or once the bracket on log tau is narrower than this: the mass jumps over the target.
-TAU_RESOLUTION = 1e-13
+#: ... or once the bracket on log tau is narrower than this: the mass jumps over the target. The
+#: mean mass changes by at most a few units per unit of log tau (each row's by at most about
+#: 0.25 k where it is smooth), so a continuous crossing is within MASS_TOLERANCE long before.
+TAU_RESOLUTION = 1e-10
 #: Where the mass steps over the target (no tau within MASS_TOLERANCE), a step straddling it by
 #: less than this on both sides still counts as reaching it (Monte Carlo estimates are steps).
 JUMP_TOLERANCE = 5e-3
-#: At most this many operator calls refine one target (a bisection every third step bounds the
-#: bracket's shrinking: about 3 * 44 calls take a grid step of log 10 / 3 below TAU_RESOLUTION).
-MAX_REFINEMENTS = 150
+#: At most this many operator calls refine one target (a bisection every other step, unless the
+#: bracket halved, bounds its shrinking: about 2 * 33 calls take a grid step of log 10 / 3 below
+#: TAU_RESOLUTION).
+MAX_REFINEMENTS = 100
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,7 @@ def _refine(
     that fails to halve the bracket is followed by a bisection, so the bracket shrinks at least
     geometrically. It stops when the hard end's mass is within :data:`MASS_TOLERANCE` of the
     target, or when the bracket is narrower than :data:`TAU_RESOLUTION` (then the mass jumps over
-    the target between two taus that float64 barely tells apart: a step or a pole).
+    the target between two taus 1e-10 apart, relatively: a step or a pole).
     """
     if soft is None:  # the softest grid tau already qualifies: keep it
         return HardnessMatch(method, target, hit.tau, hit.mass, hit.refused, "ok")
@@ -273,8 +276,8 @@ def _refine(
         if lo.mass - target <= MASS_TOLERANCE or math.log(hi.tau / lo.tau) < TAU_RESOLUTION:
             break
         u_lo, u_hi = math.log(lo.tau), math.log(hi.tau)
-        bisect = f_hi is None or f_hi >= 0 or (step % 3 == 2 and u_hi - u_lo > 0.5 * width)
-        if step % 3 == 2:
+        bisect = f_hi is None or f_hi >= 0 or (step % 2 == 1 and u_hi - u_lo > 0.5 * width)
+        if step % 2 == 1:
             width = u_hi - u_lo
         if bisect:  # no usable sign change on the soft side, or regula falsi stalls
             u = 0.5 * (u_lo + u_hi)
