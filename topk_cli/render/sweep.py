@@ -436,6 +436,9 @@ def sweep_figure(result: SweepResult) -> Any:
     failed = [m for m in methods if not series[m][0]]
     if failed:
         notes.append(f"failed at every tau: {', '.join(failed)}")
+    gaps = [m for m in methods if series[m][0] and len(series[m][0]) < len(result.taus)]
+    if gaps:
+        notes.append(f"not drawn where they fail: {', '.join(gaps)}")
     shape = f"{len(result.rows)} rows x n = {len(result.rows[0])}, means over rows" if result.batch else f"n = {len(result.x)}"
     fig.suptitle(f"softtopk temperature-sweep, k = {result.k}, {shape}" + ("\n" + "; ".join(notes) if notes else ""),
                  fontsize=10)
