@@ -150,15 +150,15 @@ BAD_FILES = [
     ("dup.csv", "a,a\n1,2\n", ["duplicate column name 'a'"]),
     ("data.txt", "1,2,3\n", ["data.txt", "suffix '.txt'", "--input-format"]),
     ("bad.json", "[1, 2,", ["bad.json", "malformed JSON", "line 1"]),
-    ("ragged.json", "[[1, 2], [3]]", ["row 2 ([1])", "ragged"]),
-    ("deep.json", "[[[1]]]", ["row 1, entry 1 ([0][0])", "not a number"]),
+    ("ragged.json", "[[1, 2], [3]]", ["[1] has 1 entries, [0] has 2", "ragged"]),
+    ("deep.json", "[[[1]]]", ["[0][0]: a list is not a number"]),
     ("mixed.json", "[1, [2]]", ["[1]", "mixes lists and numbers"]),
     ("scalar.json", "3", ["got a int"]),
     ("emptylist.json", "[]", ["empty list"]),
     ("word.json", '{"a": 1, "b": "x"}', ["key 'b'", "'x' is not a number"]),
     ("nan.json", "[1, NaN]", ["NaN is not allowed"]),
-    ("pinf.json", '[1, "inf"]', ["entry 2 ([1])", "+inf is not allowed"]),
-    ("bool.json", "[1, true]", ["entry 2 ([1])", "true is not a number"]),
+    ("pinf.json", '[1, "inf"]', [": [1]: +inf is not allowed"]),
+    ("bool.json", "[1, true]", [": [1]: true is not a number"]),
 ]
 
 

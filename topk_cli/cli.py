@@ -167,6 +167,14 @@ DecimalOpt = Annotated[
     Optional[str],
     typer.Option("--decimal", help="Decimal mark of CSV numbers (default '.'; ',' is sniffed in ';' files).", show_default=False),
 ]
+OrientOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--orient",
+        help="How the keys of a JSON object are read: rows (each key one vector) or columns (each key one column).",
+        show_default=False,
+    ),
+]
 MethodOpt = Annotated[
     Optional[list[str]],
     typer.Option("-m", "--method", help="Method name (repeatable), or 'all'. See 'softtopk methods'.", show_default=False),
@@ -298,6 +306,7 @@ def read_vectors(
     index_col: str | None = None,
     sep: str | None = None,
     decimal: str | None = None,
+    orient: str | None = None,
 ) -> list[LoadedInput]:
     """Load the vectors of every INPUT, or of ``--values`` (exactly one of them), one per source.
 
@@ -314,7 +323,10 @@ def read_vectors(
 
     if inputs and inputs.count("-") > 1:
         raise InputError("stdin ('-') can be read only once")
-    options = {"column": column, "input_format": input_format, "index_col": index_col, "sep": sep, "decimal": decimal}
+    options = {
+        "column": column, "input_format": input_format, "index_col": index_col, "sep": sep, "decimal": decimal,
+        "orient": orient,
+    }
     loaded = [load_input(None, values=values)] if not inputs else [load_input(path, **options) for path in inputs]
     for data in loaded:
         for note in data.notes:
@@ -367,6 +379,7 @@ def compute(
     index_col: IndexColOpt = None,
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
+    orient: OrientOpt = None,
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
@@ -406,7 +419,7 @@ def compute(
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
-    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal)
+    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient)
     names = resolve_methods(method, default=[DEFAULT_METHOD])
     given = {"samples": samples, "seed": seed, "max_iter": max_iter, "tol": tol}
     params = {name: value for name, value in given.items() if value is not None}
@@ -460,6 +473,7 @@ def verify_properties_command(
     index_col: IndexColOpt = None,
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
+    orient: OrientOpt = None,
     trials: Annotated[int, typer.Option("--trials", help="Size of the default suite (random vectors per size).")] = 3,
     seed: SeedOpt = 0,
     fmt: FormatOpt = OutputFormat.table,
@@ -489,7 +503,7 @@ def verify_properties_command(
         raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
     vectors = None
     if input is not None or values is not None:
-        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal)
+        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient)
         widths = {d.values.shape[1] for d in loaded}
         if len(widths) > 1:
             raise InvalidArgumentError(f"the inputs hold vectors of different lengths {sorted(widths)}; check them one by one")
@@ -527,6 +541,7 @@ def temperature_sweep_command(
     index_col: IndexColOpt = None,
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
+    orient: OrientOpt = None,
     row: Annotated[
         Optional[int],
         typer.Option("--row", help="Sweep only this row of a batch (0-based); default: every row, aggregated.", show_default=False),
@@ -560,7 +575,7 @@ def temperature_sweep_command(
     if input is None and values is None:
         x = list(DEFAULT_SWEEP_VECTOR)
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal), "temperature-sweep")
+        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient), "temperature-sweep")
         rows = data.values.shape[0]
         if row is None:
             x = data.values.tolist() if rows > 1 else data.values[0].tolist()
@@ -760,6 +775,7 @@ def bench_command(
     index_col: IndexColOpt = None,
     sep: SepOpt = None,
     decimal: DecimalOpt = None,
+    orient: OrientOpt = None,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float64: the dtype timed.")] = "float64",
     repeats: Annotated[int, typer.Option("--repeats", help="Repeats per measurement (the median is shown).")] = 5,
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory (tracemalloc).")] = True,
@@ -780,7 +796,7 @@ def bench_command(
         x = random_scores(batch, n, seed=seed, dtype=dtype)
         source = f"random normal scores (seed {seed})"
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal), "bench")
+        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient), "bench")
         x = data.values.astype(check_dtype(dtype))
         source = data.source
     names = resolve_methods(method, default=["all"])
@@ -788,6 +804,46 @@ def bench_command(
         report = bench(x, k, names, tau=tau, repeats=repeats, memory=memory, seed=seed, source=source,
                        progress=progress)
     write_text(render_bench(report, fmt, color=color_enabled() and output is None), output)
+
+
+@app.command(
+    "inspect",
+    short_help="Show how a file is read: shape, layout decisions, notes, first rows.",
+    epilog=(
+        "\b\nExamples:\n"
+        "  softtopk inspect sample_inputs/router_logits.csv\n"
+        "  softtopk inspect --format json logits.json\n"
+        "  softtopk inspect --orient rows --rows 3 logits.json"
+    ),
+)
+@boundary
+def inspect_command(
+    input: Annotated[str, typer.Argument(metavar="INPUT", help="The file to inspect, or '-' for stdin.", show_default=False)],
+    column: ColumnOpt = None,
+    input_format: InputFormatOpt = None,
+    index_col: IndexColOpt = None,
+    sep: SepOpt = None,
+    decimal: DecimalOpt = None,
+    orient: OrientOpt = None,
+    rows: Annotated[int, typer.Option("--rows", help="How many vectors to show (the first ones; 0: none).")] = 5,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+) -> None:
+    """Show what the other commands would read from INPUT, without computing anything.
+
+    The format, the shape, the separator and header decisions, the row-name and label columns,
+    the ignored columns, every note the reader announces, and the first vectors as read (entries
+    rounded in the table; exact in --format json). Same reading options as every command.
+    """
+    from topk_cli.errors import InvalidArgumentError
+    from topk_cli.inputs import load_input
+    from topk_cli.render.inspect import render_inspect
+
+    if rows < 0:
+        raise InvalidArgumentError(f"--rows must be >= 0, got {rows}")
+    data = load_input(input, column=column, input_format=input_format, index_col=index_col, sep=sep,
+                      decimal=decimal, orient=orient)
+    write_text(render_inspect(data, fmt, rows=rows, color=color_enabled() and output is None), output)
 
 
 # COMMANDS-END

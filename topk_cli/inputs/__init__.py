@@ -6,7 +6,10 @@ rather than given (the CLI prints them on stderr). The layout rule of tables is 
 :mod:`topk_cli.inputs.table`, the CSV text rules in :mod:`topk_cli.inputs.csvfile`, the JSON
 shapes in :mod:`topk_cli.inputs.jsonfile`.
 
-- NPY: a 1-D or 2-D array of real numbers.
+- NPY: a 1-D or 2-D array of real numbers; NPZ: an archive holding exactly one such array.
+- gzip: ``.csv.gz``, ``.tsv.gz``, ``.json.gz``, ``.jsonl.gz``, ``.npy.gz`` (and gzip data on stdin)
+  are decompressed first (standard library), then read as their inner format.
+- Parquet, Feather, Excel, pickle and HDF5 are not read: the message says how to convert them.
 - ``values="3,2,1,4"`` (``;`` separates the rows of a batch: ``"3,2,1;4,5,6"``).
 
 ``-inf`` masks an entry. Empty cells, missing-value markers (NaN, NA, null), text in numeric
@@ -26,14 +29,27 @@ import numpy as np
 
 from topk_cli.errors import InputError
 from topk_cli.inputs.csvfile import load_csv
-from topk_cli.inputs.jsonfile import load_json, load_jsonl
-from topk_cli.inputs.model import IndexNames, LoadedInput, finish, parse_number
+from topk_cli.inputs.jsonfile import ORIENTS, check_orient, load_json, load_jsonl
+from topk_cli.inputs.model import IndexNames, LoadedInput, ReadDecisions, finish, parse_number, with_decisions
 
-__all__ = ["INPUT_FORMATS", "IndexNames", "LoadedInput", "load_input"]
+__all__ = ["INPUT_FORMATS", "ORIENTS", "IndexNames", "LoadedInput", "ReadDecisions", "load_input"]
 
 #: Input formats, for ``--input-format`` and suffix detection.
-INPUT_FORMATS = ("csv", "tsv", "json", "jsonl", "npy")
-_SUFFIXES = {"csv": "csv", "tsv": "tsv", "tab": "tsv", "json": "json", "jsonl": "jsonl", "ndjson": "jsonl", "npy": "npy"}
+INPUT_FORMATS = ("csv", "tsv", "json", "jsonl", "npy", "npz")
+_SUFFIXES = {
+    "csv": "csv", "tsv": "tsv", "tab": "tsv", "json": "json", "jsonl": "jsonl", "ndjson": "jsonl", "npy": "npy",
+    "npz": "npz",
+}
+_GZIP_MAGIC = b"\x1f\x8b"
+#: Formats that are not read, by suffix: (name, the pandas reader, its to_csv arguments).
+_UNSUPPORTED = {
+    "parquet": ("Parquet", "read_parquet", ""), "pq": ("Parquet", "read_parquet", ""),
+    "feather": ("Feather", "read_feather", ""), "arrow": ("Arrow IPC", "read_feather", ""),
+    "xlsx": ("Excel", "read_excel", ", index=False"), "xls": ("Excel", "read_excel", ", index=False"),
+    "ods": ("OpenDocument", "read_excel", ", index=False"),
+    "h5": ("HDF5", "read_hdf", ""), "hdf5": ("HDF5", "read_hdf", ""),
+    "pkl": ("pickle", "read_pickle", ""), "pickle": ("pickle", "read_pickle", ""),
+}
 
 
 def load_input(
@@ -45,14 +61,17 @@ def load_input(
     index_col: str | None = None,
     sep: str | None = None,
     decimal: str | None = None,
+    orient: str | None = None,
 ) -> LoadedInput:
     """Read the vectors of ``path`` (``"-"`` = stdin) or of the inline string ``values``.
 
     The format comes from ``input_format`` or the suffix (``.csv``, ``.tsv``, ``.json``,
-    ``.jsonl``/``.ndjson``, ``.npy``); stdin without ``input_format`` is sniffed (``[``/``{`` =
-    JSON, several JSON lines = JSON Lines, the NPY magic, else CSV). ``index_col`` (a column name
-    or a 0-based position, as in pandas; ``"none"`` disables the inference), ``sep`` and
-    ``decimal`` apply to CSV/TSV.
+    ``.jsonl``/``.ndjson``, ``.npy``, ``.npz``, each optionally ``.gz``), decided from the name
+    before the file is opened (a FIFO is opened only when its format is known); stdin without
+    ``input_format`` is sniffed (``[``/``{`` = JSON, several JSON lines = JSON Lines, the NPY
+    magic, else CSV). ``index_col`` (a column name or a 0-based position, as in pandas;
+    ``"none"`` disables the inference), ``sep`` and ``decimal`` apply to CSV/TSV; ``orient``
+    (``"rows"`` or ``"columns"``) says how the keys of a JSON object are read.
 
     Raises:
         InputError: unreadable source, unknown format, malformed content, empty cells, text in
@@ -62,6 +81,8 @@ def load_input(
     >>> loaded.values, list(loaded.labels)
     (array([[  3.,   2., -inf]]), ['0', '1', '2'])
     """
+    if orient is not None:
+        orient = check_orient(orient)
     if values is not None:
         if path is not None:
             raise InputError("give either an input file or --values, not both")
@@ -69,23 +90,41 @@ def load_input(
     if path is None:
         raise InputError("no input: give a file (or '-' for stdin) or --values 3,2,1,4")
     source = "<stdin>" if path == "-" else path
+    if path != "-":
+        _check_path(path)
+    fmt = _resolve_format(path, input_format)  # from the name: before opening (a FIFO would block)
     data = _read_bytes(path)
-    fmt = _resolve_format(path, input_format)
+    compressed = data.startswith(_GZIP_MAGIC)
+    if compressed:
+        data = _gunzip(data, source)
+    elif path != "-" and path.lower().endswith(".gz"):
+        raise InputError(f"{source}: not gzip data, though the name ends in .gz")
     if fmt is None:
         fmt = _sniff(data)
-    if column is not None and fmt == "npy":
-        raise InputError(f"{source}: --column applies to CSV and JSON tables only (this input is npy)")
+    loaded = _load_format(data, source, fmt, column=column, index_col=index_col, sep=sep, decimal=decimal,
+                          orient=orient)
+    return with_decisions(loaded, compression="gzip") if compressed else loaded
+
+
+def _load_format(
+    data: bytes, source: str, fmt: str, *, column: str | None, index_col: str | None, sep: str | None,
+    decimal: str | None, orient: str | None,
+) -> LoadedInput:
+    if column is not None and fmt in ("npy", "npz"):
+        raise InputError(f"{source}: --column applies to CSV and JSON tables only (this input is {fmt})")
     if fmt != "csv" and fmt != "tsv" and (sep is not None or decimal is not None):
         raise InputError(f"{source}: --sep and --decimal apply to CSV/TSV only (this input is {fmt})")
-    if fmt == "npy":
+    if orient is not None and fmt != "json":
+        raise InputError(f"{source}: --orient applies to JSON objects only (this input is {fmt})")
+    if fmt in ("npy", "npz"):
         if index_col is not None:
-            raise InputError(f"{source}: --index-col applies to tables only (this input is npy)")
-        return _load_npy(data, source)
+            raise InputError(f"{source}: --index-col applies to tables only (this input is {fmt})")
+        return _load_npz(data, source) if fmt == "npz" else _load_npy(data, source)
     if b"\x00" in data[:65536]:
         raise InputError(f"{source}: binary data (NUL bytes), not a {fmt.upper()} text file")
     _check_utf8(data, source)
     if fmt == "json":
-        return load_json(data, source, column=column, index_col=index_col)
+        return load_json(data, source, column=column, index_col=index_col, orient=orient)
     text = data.decode("utf-8")
     if fmt == "jsonl":
         return load_jsonl(text, source, column=column, index_col=index_col)
@@ -103,13 +142,52 @@ def _resolve_format(path: str, input_format: str | None) -> str | None:
         return fmt
     if path == "-":
         return None
-    suffix = Path(path).suffix.lower().lstrip(".")
+    name = Path(path).name
+    stem = name[:-3] if name.lower().endswith(".gz") else name
+    suffix = Path(stem).suffix.lower().lstrip(".")
     if suffix in _SUFFIXES:
         return _SUFFIXES[suffix]
+    if suffix in _UNSUPPORTED:
+        what, reader, options = _UNSUPPORTED[suffix]
+        csv_name = str(Path(path).with_name(Path(stem).stem + ".csv"))
+        trust = " (loading a pickle can run code); convert one you trust" if what == "pickle" else "; convert it"
+        raise InputError(
+            f"{path}: {what} files are not supported{trust} to CSV first, e.g. "
+            f"python -c \"import pandas as pd; pd.{reader}({path!r}).to_csv({csv_name!r}{options})\""
+        )
     shown = f"suffix '.{suffix}'" if suffix else "no suffix"
+    if stem != name:
+        shown = f"suffix '.{suffix}.gz'" if suffix else "no suffix before '.gz'"
     raise InputError(
         f"{path}: cannot tell the format from {shown}; rename it or pass --input-format {'|'.join(INPUT_FORMATS)}"
     )
+
+
+def _gunzip(data: bytes, source: str) -> bytes:
+    import gzip
+    import zlib
+
+    try:
+        out = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{source}: not valid gzip data ({exc})") from None
+    if not out.strip():
+        raise InputError(f"{source}: the file is empty (after gzip decompression)")
+    return out
+
+
+def _check_path(path: str) -> None:
+    """Refuse a missing path or a directory without opening anything (stat only)."""
+    try:
+        if Path(path).is_dir():
+            raise InputError(f"{path}: is a directory, not a file")
+        Path(path).stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def _read_bytes(path: str) -> bytes:
@@ -129,8 +207,6 @@ def _read_bytes(path: str) -> bytes:
         return data
     target = Path(path)
     try:
-        if target.is_dir():
-            raise InputError(f"{path}: is a directory, not a file")
         with open(target, "rb") as handle:  # works for FIFOs and /dev/stdin too
             data = handle.read()
     except FileNotFoundError:
@@ -147,6 +223,8 @@ def _read_bytes(path: str) -> bytes:
 def _sniff(data: bytes) -> str:
     if data.startswith(b"\x93NUMPY"):
         return "npy"
+    if data.startswith(b"PK\x03\x04"):
+        return "npz"
     stripped = data.lstrip().removeprefix(b"\xef\xbb\xbf")
     head = stripped[:1]
     if head in (b"[", b"{"):
@@ -214,12 +292,39 @@ def _parse_values(text: str) -> LoadedInput:
 # ---- NPY -----------------------------------------------------------------------------------
 
 
+def _load_npz(data: bytes, source: str) -> LoadedInput:
+    """An ``.npz`` archive holding exactly one array (``np.savez("f.npz", x)``), read as NPY."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            names = list(archive.files)
+            if len(names) != 1:
+                listed = ", ".join(map(repr, names[:5])) + (", ..." if len(names) > 5 else "")
+                first = names[0] if names else "x"
+                raise InputError(
+                    f"{source}: an .npz archive of {len(names)} arrays ({listed or 'none'}); save the one to read "
+                    f"as .npy, e.g. python -c \"import numpy as np; "
+                    f"np.save({str(Path(source).with_suffix('.npy'))!r}, np.load({source!r})[{first!r}])\""
+                )
+            arr = archive[names[0]]
+    except InputError:
+        raise
+    except Exception as exc:  # zipfile and numpy raise many types on a corrupted archive
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{source}: not a valid .npz file ({detail[:120]})") from None
+    loaded = _npy_array(arr, source, "npz")
+    return with_decisions(loaded, shape=f"the one array {names[0]!r} of an .npz archive")
+
+
 def _load_npy(data: bytes, source: str) -> LoadedInput:
     try:
         arr = np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as exc:  # numpy raises many types on a corrupted header (SyntaxError, KeyError...)
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{source}: not a valid .npy file ({detail[:120]})") from None
+    return _npy_array(arr, source, "npy")
+
+
+def _npy_array(arr: object, source: str, fmt: str) -> LoadedInput:
     if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "iuf":
         kind = getattr(arr, "dtype", type(arr))
         raise InputError(f"{source}: expected an array of real numbers, got {kind}")
@@ -230,10 +335,10 @@ def _load_npy(data: bytes, source: str) -> LoadedInput:
     if arr.ndim == 2 and arr.shape[1] == 1 and arr.shape[0] > 1:  # a column: one vector
         values = values.reshape(1, -1)
         notes = (f"read the {arr.shape[0]} x 1 array as one vector of {arr.shape[0]} entries",)
-        return finish(values, source, fmt="npy", where=lambda r, c: f"index [{c}, 0]", notes=notes)
+        return finish(values, source, fmt=fmt, where=lambda r, c: f"index [{c}, 0]", notes=notes)
     one = arr.ndim == 1
 
     def where(row: int, col: int) -> str:
         return f"index [{col}]" if one else f"index [{row}, {col}]"
 
-    return finish(values, source, fmt="npy", where=where)
+    return finish(values, source, fmt=fmt, where=where)

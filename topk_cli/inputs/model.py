@@ -59,6 +59,33 @@ class IndexNames(Sequence[str]):
 
 
 @dataclass(frozen=True)
+class ReadDecisions:
+    """How a source was read, decision by decision, for ``softtopk inspect``.
+
+    Each reader fills what it decided (given or inferred); a field left at its default means
+    "does not apply to this format" or "not recorded". ``notes`` on :class:`LoadedInput` keeps the
+    one-line account printed on stderr; this record is the same facts, field by field.
+    """
+
+    shape: str | None = None  # the layout recognised, e.g. "records", "pandas orient='split'"
+    compression: str | None = None  # "gzip" when the bytes were decompressed
+    separator: str | None = None  # CSV/TSV field separator
+    decimal: str | None = None  # CSV/TSV decimal mark
+    header: bool | None = None  # CSV/TSV: line 1 read as column names
+    orientation: str | None = None  # JSON objects: "rows" (each key one vector) or "columns"
+    row_names_from: str | None = None  # what names the rows (a column, a key, the JSON keys)
+    labels_from: str | None = None  # what names the entries
+    ignored: tuple[str, ...] = ()  # columns or keys read and not used
+
+
+def with_decisions(loaded: LoadedInput, **changes: object) -> LoadedInput:
+    """``loaded`` with these fields of its :class:`ReadDecisions` set (the others kept)."""
+    import dataclasses
+
+    return dataclasses.replace(loaded, decisions=dataclasses.replace(loaded.decisions, **changes))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
 class LoadedInput:
     """Vectors read from one source: ``values`` is always 2-D ``(rows, n)``.
 
@@ -66,7 +93,8 @@ class LoadedInput:
     ``"0"..."n-1"``); ``row_names`` names the rows (a row-name column of a batch, or
     ``"0"...``); ``source`` is the file name as given, ``"<stdin>"`` or ``"--values"``;
     ``input_format`` is ``csv``, ``tsv``, ``json``, ``jsonl``, ``npy`` or ``values``; ``notes``
-    says every layout choice the reader inferred (one sentence each, for stderr).
+    says every layout choice the reader inferred (one sentence each, for stderr); ``decisions``
+    records the same choices field by field (separator, header, orientation, row-name column...).
     """
 
     values: NDArray[np.float64]
@@ -76,6 +104,7 @@ class LoadedInput:
     input_format: str = "values"
     row_names_given: bool = False  # True when row_names come from the data, not indexes
     notes: tuple[str, ...] = field(default=())
+    decisions: ReadDecisions = field(default_factory=ReadDecisions)
 
     @property
     def single(self) -> bool:
