@@ -26,6 +26,7 @@ COMMANDS = [
     ["stability-probe", "-m", "all", "-n", "10,100", "-k", "2,5", "--scales", "1,100", "--trials", "3"],
     ["verify-properties", "-m", "weighted-softmax", "-m", "iterative", "-m", "grad", "--values", "3,2,1,0", "-k", "2"],
     ["bench", "-k", "2", "-B", "4", "-n", "16", "-m", "grad", "-m", "thre-exp"],
+    ["inspect", str(SAMPLES / "router_logits.csv")],
 ]
 
 
