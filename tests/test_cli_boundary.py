@@ -147,10 +147,13 @@ def test_methods_keeps_every_name_and_header_whole_at_80(monkeypatch: pytest.Mon
     assert "(continued: columns 2/" in out  # the wide claims table became blocks of columns
 
 
-def test_pipes_get_natural_width(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pipes_get_a_fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    from topk_cli.render.common import OFF_TERMINAL_WIDTH
+
     monkeypatch.setenv("COLUMNS", "40")  # ignored: stdout is not a terminal
     _, out, _ = run("methods")
-    assert max(len(line) for line in out.splitlines()) > 80 and "continued" not in out
+    widths = [len(line) for line in out.splitlines()]
+    assert 80 < max(widths) <= OFF_TERMINAL_WIDTH == 120
 
 
 # ---- -o onto special files -------------------------------------------------------------------

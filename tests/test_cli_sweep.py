@@ -38,7 +38,10 @@ def test_table_and_csv_on_a_sample_file() -> None:
     r = run("--values", "3,2,1,0", "-k", "1", "-m", "grad", "--taus", "0.1,1", "--format", "csv")
     assert r.exit_code == 0
     lines = r.stdout.strip().splitlines()
-    assert lines[0].startswith("method,tau,l1_to_hard") and len(lines) == 3
+    assert lines[0].startswith("method,tau,l1_to_hard")
+    # one row per grid tau, then the method's limits (kind column says which)
+    kinds = [line.split(",")[lines[0].split(",").index("kind")] for line in lines[1:]]
+    assert kinds == ["point", "point", "limit"]
 
 
 def test_batch_input_sweeps_the_selected_row() -> None:

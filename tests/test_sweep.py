@@ -74,8 +74,8 @@ def test_invalid_arguments() -> None:
         temperature_sweep(X, 5)
     with pytest.raises(InvalidArgumentError, match="match"):
         temperature_sweep(X, 2, match=1.5)
-    with pytest.raises(InvalidArgumentError):
-        temperature_sweep([[1.0, 2.0]], 1)
+    with pytest.raises(InvalidArgumentError):  # a vector or a batch of rows, nothing deeper
+        temperature_sweep([[[1.0, 2.0]]], 1)
     with pytest.raises(ValueError, match="unknown method"):
         temperature_sweep(X, 2, methods=["nope"])
     assert len(DEFAULT_SWEEP_VECTOR) == 6

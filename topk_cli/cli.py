@@ -551,7 +551,10 @@ def temperature_sweep_command(
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
     header: HeaderOpt = None,
-    row: Annotated[int, typer.Option("--row", help="Which row of a batch input to sweep (0-based).")] = 0,
+    row: Annotated[
+        Optional[int],
+        typer.Option("--row", help="Sweep only this row of a batch (0-based); default: every row, aggregated.", show_default=False),
+    ] = None,
     taus: Annotated[
         str, typer.Option("--taus", help="START:STOP:COUNT (log-spaced, endpoints included) or a list a,b,c.")
     ] = "1e-3:1e3:13",
@@ -569,7 +572,8 @@ def temperature_sweep_command(
     """Distance to hard top-k, top-k mass, entropy and gradient signal of each method across tau.
 
     Also the limits tau -> 0 (hard top-k or not, and the vector reached) and tau -> infinity.
-    Without INPUT or --values the vector 3,2,1.5,1,0,-1 is swept; a batch sweeps one --row.
+    Without INPUT or --values the vector 3,2,1.5,1,0,-1 is swept. A batch is swept as a whole (the
+    mean over rows of each measurement, as --hardness defines hardness) unless --row picks one row.
     """
     from topk_cli.analysis.sweep import DEFAULT_SWEEP_VECTOR, parse_taus, temperature_sweep
     from topk_cli.errors import InvalidArgumentError
@@ -582,9 +586,18 @@ def temperature_sweep_command(
     else:
         data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header), "temperature-sweep")
         rows = data.values.shape[0]
-        if not 0 <= row < rows:
+        if row is None:
+            x = data.values.tolist() if rows > 1 else data.values[0].tolist()
+            if rows > 1:
+                typer.echo(
+                    f"softtopk: note: sweeping all {rows} rows of {data.source}: each measurement is the mean "
+                    "over rows (max entry err: the max); --row N sweeps one row",
+                    err=True,
+                )
+        elif not 0 <= row < rows:
             raise InvalidArgumentError(f"--row must satisfy 0 <= row < {rows} (rows in {data.source}), got {row}")
-        x = data.values[row].tolist()
+        else:
+            x = data.values[row].tolist()
     names = resolve_methods(method, default=["all"])
     with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
         result = temperature_sweep(x, k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)

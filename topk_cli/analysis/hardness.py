@@ -17,8 +17,13 @@ not monotone in tau (``weighted-softmax``), so bisection alone could stop at the
 the search scans a shared log grid (three points per decade, from ``100 * s`` down to
 ``1e-6 * s``, ``s`` the median row standard deviation) from soft to hard, stops at the first grid
 point that qualifies, and refines between it and its softer neighbour by the Illinois variant of
-regula falsi on ``log tau``. A crossing and recrossing inside one grid step (a factor 2.15 in tau)
-is not resolved. A target is *unreachable* when no grid tau qualifies; the reason says whether
+regula falsi on ``log tau`` (with a bisection whenever it stalls) to float64 precision: the mean
+mass at the returned tau is within ``MASS_TOLERANCE = 1e-9`` of ``H`` (from above) wherever the
+mass is continuous in tau. Where it is not (a Monte Carlo estimate with a fixed seed is a step
+function of tau; ``weighted-softmax`` has poles), the bracket shrinks to ``1e-10`` in ``log tau``
+and the result is the closest mass from above. A crossing and recrossing inside one grid step
+(a factor 2.15 in tau) is not resolved. This is the one solver behind ``compute --hardness``,
+``temperature-sweep --hardness`` and ``--match``, and ``train-probe``. A target is *unreachable* when no grid tau qualifies; the reason says whether
 the mass never gets there or refusals block it.
 """
 
@@ -43,21 +48,29 @@ DEFAULT_MAX_REFUSED = 0.01
 GRID_TOP = 2
 GRID_BOTTOM = -6
 GRID_PER_DECADE = 3
-#: The refinement stops once the mass is within this of the target (from above).
-MASS_TOLERANCE = 1e-4
-#: A refined tau whose mass still exceeds the target by more than this (a jump in the mass, or a
-#: refusal boundary) does not reach the target.
+#: The refinement stops once the mass is within this of the target (from above): float64
+#: precision for a mean of masses in [0, 1] (each row's mass is exact to a few ulps).
+MASS_TOLERANCE = 1e-9
+#: ... or once the bracket on log tau is narrower than this: the mass jumps over the target. The
+#: mean mass changes by at most a few units per unit of log tau (each row's by at most about
+#: 0.25 k where it is smooth), so a continuous crossing is within MASS_TOLERANCE long before.
+TAU_RESOLUTION = 1e-10
+#: Where the mass steps over the target (no tau within MASS_TOLERANCE), a step straddling it by
+#: less than this on both sides still counts as reaching it (Monte Carlo estimates are steps).
 JUMP_TOLERANCE = 5e-3
-#: At most this many operator calls refine one target.
-MAX_REFINEMENTS = 30
+#: At most this many operator calls refine one target (a bisection every other step, unless the
+#: bracket halved, bounds its shrinking: about 2 * 33 calls take a grid step of log 10 / 3 below
+#: TAU_RESOLUTION).
+MAX_REFINEMENTS = 100
 
 
 @dataclass(frozen=True)
 class HardnessMatch:
     """The tau of one method at one target hardness.
 
-    ``status`` is ``"ok"`` (``mass`` at ``tau`` is at most 5e-3 above ``target``, normally
-    within 1e-4),
+    ``status`` is ``"ok"`` (``mass`` at ``tau`` is within 1e-9 above ``target``; or, where the
+    mass is a step function of tau, at a step of less than 5e-3 that straddles ``target``:
+    ``reason`` then gives the step),
     ``"approximate"`` (the mean mass jumps over ``target``, e.g. at a pole of some row: ``tau`` is
     the tried tau whose mass came closest from above; ``reason`` says where it jumps),
     ``"constant"`` (the mass does not depend on tau, e.g. the hard top-k: ``tau`` None, ``mass``
@@ -243,7 +256,14 @@ def _qualifies(point: _Point, target: float, max_refused: float) -> bool:
 def _refine(
     curve: _MassCurve, method: str, target: float, hit: _Point, soft: _Point | None, max_refused: float
 ) -> HardnessMatch:
-    """Illinois regula falsi on log tau between ``hit`` (qualifies) and ``soft`` (does not)."""
+    """Solve ``mass(tau) = target`` between ``hit`` (qualifies) and ``soft`` (does not), on log tau.
+
+    The Illinois variant of regula falsi keeps a bracket whose hard end always qualifies; a step
+    that fails to halve the bracket is followed by a bisection, so the bracket shrinks at least
+    geometrically. It stops when the hard end's mass is within :data:`MASS_TOLERANCE` of the
+    target, or when the bracket is narrower than :data:`TAU_RESOLUTION` (then the mass jumps over
+    the target between two taus 1e-10 apart, relatively: a step or a pole).
+    """
     if soft is None:  # the softest grid tau already qualifies: keep it
         return HardnessMatch(method, target, hit.tau, hit.mass, hit.refused, "ok")
     lo, hi = hit, soft  # lo: harder, qualifies; hi: softer, does not
@@ -251,16 +271,22 @@ def _refine(
     f_lo = lo.mass - target
     f_hi = (hi.mass - target) if hi.mass is not None and hi.refused <= max_refused else None
     side = 0
-    for _ in range(MAX_REFINEMENTS):
-        if f_lo <= MASS_TOLERANCE or math.log(hi.tau / lo.tau) < 1e-4:
+    width = math.log(hi.tau / lo.tau)
+    for step in range(MAX_REFINEMENTS):
+        if lo.mass - target <= MASS_TOLERANCE or math.log(hi.tau / lo.tau) < TAU_RESOLUTION:
             break
         u_lo, u_hi = math.log(lo.tau), math.log(hi.tau)
-        if f_hi is None or f_hi >= 0:  # no usable sign change on the soft side: bisect
+        bisect = f_hi is None or f_hi >= 0 or (step % 2 == 1 and u_hi - u_lo > 0.5 * width)
+        if step % 2 == 1:
+            width = u_hi - u_lo
+        if bisect:  # no usable sign change on the soft side, or regula falsi stalls
             u = 0.5 * (u_lo + u_hi)
         else:
+            assert f_hi is not None
             u = u_lo + (u_hi - u_lo) * f_lo / (f_lo - f_hi)
-            u = min(max(u, u_lo + 1e-3 * (u_hi - u_lo)), u_hi - 1e-3 * (u_hi - u_lo))
         mid = curve(math.exp(u))
+        if not lo.tau < mid.tau < hi.tau:  # the bracket is as narrow as float64 allows
+            break
         if _qualifies(mid, target, max_refused):
             assert mid.mass is not None
             lo, f_lo = mid, mid.mass - target
@@ -274,26 +300,31 @@ def _refine(
                 f_lo *= 0.5
             side = 1
     assert lo.mass is not None
-    if lo.mass - target <= JUMP_TOLERANCE:
+    if lo.mass - target <= MASS_TOLERANCE:
         return HardnessMatch(method, target, lo.tau, lo.mass, lo.refused, "ok")
-    # The mean mass jumps over the target (poles of some rows, or rows refused from one tau to
-    # the next): no tau gives it exactly. Keep the tau whose mass came closest from above.
+    if hi.refused > max_refused:  # a refusal barrier, not a jump: the target itself is refused
+        return _unreachable(curve, method, target, max_refused, soft.tau)
+    if hi.mass is not None and hi.mass >= target - JUMP_TOLERANCE and lo.mass - target <= JUMP_TOLERANCE:
+        # A small step of the mass straddles the target (a Monte Carlo estimate with a fixed seed
+        # is piecewise constant in tau): lo is the closest mass from above, at the step.
+        return HardnessMatch(
+            method, target, lo.tau, lo.mass, lo.refused, "ok",
+            f"the mean mass steps from {lo.mass:.6g} to {hi.mass:.6g} at tau = {lo.tau:.6g}",
+        )
+    # The mean mass jumps over the target (a pole of some row, or rows refused from one tau to
+    # the next): no tau gives it. Keep the tried tau whose mass came closest from above.
     near = min(
         (p for p in curve.cache.values() if hit.tau <= p.tau <= soft.tau and _qualifies(p, target, max_refused)),
         key=lambda p: (p.mass or 0.0) - target,
     )
     assert near.mass is not None
-    if near.mass - target <= JUMP_TOLERANCE:
-        return HardnessMatch(method, target, near.tau, near.mass, near.refused, "ok")
-    if hi.refused > max_refused:  # a refusal barrier, not a jump: the target itself is refused
-        return _unreachable(curve, method, target, max_refused, soft.tau)
     if hi.mass is not None:
         why = f"the mean mass jumps from {lo.mass:.3f} to {hi.mass:.3f} at tau = {lo.tau:.3g}"
     else:
         why = f"the rows cannot be computed just above tau = {lo.tau:.3g}"  # pragma: no cover
     return HardnessMatch(
         method, target, near.tau, near.mass, near.refused, "approximate",
-        f"no tau gives mass {target:g} exactly: {why}; the closest from above is {near.mass:.3f}",
+        f"no tau gives mass {target:g} exactly: {why}; the closest from above is {near.mass:.4f}",
     )
 
 

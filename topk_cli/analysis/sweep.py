@@ -1,6 +1,6 @@
 """``temperature_sweep``: the price of hardness, measured across a grid of temperatures.
 
-For one score vector ``x`` (shape ``(n,)``) and each method and temperature ``tau`` the sweep
+For a score vector ``x`` (shape ``(n,)``) and each method and temperature ``tau`` the sweep
 measures, with ``p = ST(x / tau)`` and ``h = T_k(x)`` the hard top-k (ties at the k-th value
 share the remaining mass):
 
@@ -20,6 +20,13 @@ The limits are computed separately from the grid, at temperatures relative to th
 ``x``), which resolves every ordering by at least 1e4 in ``z``; ``tau -> infinity`` at
 ``tau = 1e6 * (max x - min x)``. ``converges`` is True when the small-tau vector is within 1e-6 of
 ``T_k(x)``, False otherwise, None when the method failed there.
+
+A batch ``(B, n)`` (every row one instance, e.g. router logits, one row per token) is swept as
+a whole, the way ``--hardness`` defines hardness: every measurement is the mean over the rows of
+the per-row value, except ``max_entry_error``, the maximum over rows and entries; the rows a
+method cannot compute at a tau are left out of the means and counted in ``failed_rows`` (and
+``status`` is then the most frequent failure code). The limits use the smallest gap and the
+largest spread over all rows; ``converges`` holds when every row converges.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
+from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness, uniform_mass
 from topk_cli.api import evaluate, get_method, jacobian
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError
 from topk_cli.operators._base import FloatArray
@@ -44,6 +51,8 @@ DEFAULT_TAUS = "1e-3:1e3:13"
 SMALL_GRADIENT = 1e-8
 LIMIT_DECIMALS = 4
 _CONVERGED = 1e-6
+#: Jacobians are formed for at most this many numbers at once (rows x n x n).
+JACOBIAN_CHUNK = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -60,11 +69,18 @@ class SweepPoint:
     jacobian_norm: float | None
     small_gradient_fraction: float | None
     jacobian_status: str = "ok"
+    #: Rows the method could not compute at this tau (the measurements are over the others).
+    failed_rows: int = 0
 
 
 @dataclass(frozen=True)
 class SweepLimit:
-    """Where a method goes as tau -> 0 and tau -> infinity (vectors rounded to 4 decimals)."""
+    """Where a method goes as tau -> 0 and tau -> infinity (vectors rounded to 4 decimals).
+
+    ``limit`` and ``infinity_limit`` are the vectors of a single-vector sweep (None for a batch);
+    ``limit_rows`` and ``infinity_rows`` hold one vector per row (None where the row failed).
+    ``converges``, ``limit_error`` and ``uniform_at_infinity`` cover every row computed.
+    """
 
     method: str
     converges: bool | None
@@ -75,21 +91,32 @@ class SweepLimit:
     infinity_limit: tuple[float, ...] | None
     infinity_tau: float
     uniform_at_infinity: bool | None
+    limit_rows: tuple[tuple[float, ...] | None, ...] = ()
+    infinity_rows: tuple[tuple[float, ...] | None, ...] = ()
 
 
 @dataclass(frozen=True)
 class SweepMatch:
-    """The temperature at which a method puts ``target`` of its mass on the true top-k."""
+    """The temperature at which a method puts ``target`` of its mass on the true top-k.
+
+    ``status`` and ``reason`` are those of :class:`topk_cli.HardnessMatch` (the same solver).
+    """
 
     method: str
     target: float
     tau: float | None
     topk_mass: float | None
+    status: str = "ok"
+    reason: str = ""
 
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Everything ``temperature-sweep`` measured on one vector."""
+    """Everything ``temperature-sweep`` measured on one vector or a batch.
+
+    ``x`` and ``hard`` are the vector and its hard top-k for a single vector (empty for a
+    batch); ``rows`` and ``hard_rows`` always hold every row.
+    """
 
     x: tuple[float, ...]
     k: int
@@ -100,6 +127,10 @@ class SweepResult:
     matches: tuple[SweepMatch, ...] = ()
     #: ``hardness``: per method, its calibration and the measurements at that tau (None if unreachable).
     at_hardness: tuple[tuple[HardnessMatch, SweepPoint | None], ...] = ()
+    rows: tuple[tuple[float, ...], ...] = ()
+    hard_rows: tuple[tuple[float, ...], ...] = ()
+    #: True when several rows were swept (the measurements are aggregates over them).
+    batch: bool = False
 
     def series(self, method: str, key: str) -> list[float | None]:
         """One measurement of one method along the tau grid (for charts)."""
@@ -151,106 +182,135 @@ def _hard(x: FloatArray, k: int) -> FloatArray:
     return np.where(above, 1.0, np.where(at, (k - above.sum()) / at.sum(), 0.0))
 
 
+def _status(codes: FloatArray | np.ndarray) -> str:
+    """``"ok"`` when every row is, else the most frequent failure code (first seen on a tie)."""
+    failed = [str(c) for c in codes if str(c) != "ok"]
+    return "ok" if not failed else max(dict.fromkeys(failed), key=failed.count)
+
+
+def _jacobian_rows(
+    method: str, x: FloatArray, k: int, tau: float
+) -> tuple[list[FloatArray | None], list[str]]:
+    """Per row: its Jacobian (None where not representable) and ``"ok"`` or the failure code."""
+    n = x.shape[-1]
+    chunk = max(1, JACOBIAN_CHUNK // (n * n))
+    jacs: list[FloatArray | None] = []
+    codes: list[str] = []
+    for start in range(0, x.shape[0], chunk):
+        part = x[start:start + chunk]
+        try:
+            block = jacobian(part, k, method, tau=tau).astype(np.float64)
+        except NumericalFailureError:  # forward fine, derivative not representable in some row
+            for row in part:
+                try:
+                    jacs.append(jacobian(row, k, method, tau=tau).astype(np.float64))
+                    codes.append("ok")
+                except NumericalFailureError as exc:
+                    jacs.append(None)
+                    codes.append(exc.failures[0].code if exc.failures else "failed")
+        else:
+            jacs.extend(block)
+            codes.extend("ok" for _ in block)
+    return jacs, codes
+
+
 def _measure(method: str, x: FloatArray, k: int, tau: float, hard: FloatArray) -> SweepPoint:
+    """One method at one tau on the batch ``x`` ``(B, n)``: means over the rows computed."""
     r = evaluate(x, k, method, tau=tau)
-    status = str(r.status) if r.status.ndim == 0 else str(r.status.ravel()[0])
-    if r.failures:
-        return SweepPoint(method, tau, status, None, None, None, None, None, None, status)
-    p = r.weights.astype(np.float64)
-    err = np.abs(p - hard)
+    codes = np.asarray(r.status).reshape(-1)
+    ok = codes == "ok"
+    status = _status(codes)
+    failed_rows = int(np.count_nonzero(~ok))
+    if not ok.any():
+        return SweepPoint(method, tau, status, None, None, None, None, None, None, status, failed_rows)
+    p = np.asarray(r.weights, dtype=np.float64).reshape(x.shape)[ok]
+    h = hard[ok]
+    err = np.abs(p - h)
     w = p / k
     with np.errstate(divide="ignore", invalid="ignore"):  # 0 log 0 = 0 by convention
-        entropy = float(-np.sum(np.where(w > 0, w * np.log(w), 0.0)))
-    jac_status = "ok"
-    try:
-        jac = jacobian(x, k, method, tau=tau).astype(np.float64)
-    except NumericalFailureError as exc:  # forward fine, derivative not representable
-        jac_norm = small = None
-        jac_status = exc.failures[0].code if exc.failures else "failed"
+        entropy = -np.sum(np.where(w > 0, w * np.log(w), 0.0), axis=-1)
+    jacs, jac_codes = _jacobian_rows(method, x[ok], k, tau)
+    good = [j for j in jacs if j is not None]
+    jac_status = _status(np.asarray(jac_codes))
+    if good:
+        jac_norm: float | None = float(np.mean([np.linalg.norm(j) for j in good]))
+        small: float | None = float(np.mean([np.mean(np.linalg.norm(j, axis=0) < SMALL_GRADIENT) for j in good]))
     else:
-        jac_norm = float(np.linalg.norm(jac))
-        small = float(np.mean(np.linalg.norm(jac, axis=0) < SMALL_GRADIENT))
+        jac_norm = small = None
     return SweepPoint(
         method=method, tau=tau, status=status,
-        l1_to_hard=float(err.sum()),
-        topk_mass=float(np.sum(hard * p) / k),
+        l1_to_hard=float(np.mean(err.sum(axis=-1))),
+        topk_mass=float(np.mean(np.sum(h * p, axis=-1)) / k),
         max_entry_error=float(err.max()),
-        entropy=entropy,
+        entropy=float(np.mean(entropy)),
         jacobian_norm=jac_norm,
         small_gradient_fraction=small,
         jacobian_status=jac_status,
+        failed_rows=failed_rows,
     )
 
 
 def limit_taus(x: FloatArray) -> tuple[float, float]:
     """``(tau for the tau -> 0 limit, tau for the tau -> infinity limit)`` relative to ``x``.
 
+    ``x`` is one vector or a batch: the smallest gap and the largest spread over its rows count.
+
     >>> limit_taus(np.array([3.0, 1.0, 2.0]))
     (0.0001, 2000000.0)
     """
-    values = np.unique(x[np.isfinite(x)])
-    gaps = np.diff(values)
-    gap = float(gaps.min()) if gaps.size else 1.0
-    spread = float(values.max() - values.min()) if values.size > 1 else 1.0
+    rows = np.atleast_2d(x)
+    gap, spread = math.inf, 0.0
+    for row in rows:
+        values = np.unique(row[np.isfinite(row)])
+        gaps = np.diff(values)
+        if gaps.size:
+            gap = min(gap, float(gaps.min()))
+            spread = max(spread, float(values.max() - values.min()))
+    gap = 1.0 if gap == math.inf else gap
+    spread = spread or 1.0
     # clamped: a subnormal gap (5e-324) must not underflow tau to 0, nor a huge spread overflow it
     tiny, huge = float(np.finfo(np.float64).tiny), float(np.finfo(np.float64).max) / 16
     return min(max(1e-4 * gap, tiny), huge), min(max(1e6 * spread, tiny), huge)
 
 
+def _rounded(p: FloatArray) -> tuple[float, ...]:
+    return tuple(float(v) for v in np.round(p, LIMIT_DECIMALS) + 0.0)
+
+
 def _limit(method: str, x: FloatArray, k: int, hard: FloatArray) -> SweepLimit:
+    """Both limits on the batch ``x`` ``(B, n)``: per-row vectors, worst error over the rows."""
     small, large = limit_taus(x)
     r0 = evaluate(x, k, method, tau=small)
-    if r0.failures:
-        converges, limit, err, status = None, None, None, r0.failures[0].code
+    codes0 = np.asarray(r0.status).reshape(-1)
+    ok0 = codes0 == "ok"
+    p0 = np.asarray(r0.weights, dtype=np.float64).reshape(x.shape)
+    status = _status(codes0)
+    rows0: tuple[tuple[float, ...] | None, ...] = tuple(_rounded(p) if good else None for p, good in zip(p0, ok0, strict=True))
+    if ok0.any():
+        worst = float(np.max(np.abs(p0[ok0] - hard[ok0])))
+        err: float | None = worst
+        converges: bool | None = worst <= _CONVERGED
     else:
-        p0 = r0.weights.astype(np.float64)
-        err = float(np.max(np.abs(p0 - hard)))
-        converges, status = err <= _CONVERGED, "ok"
-        limit = tuple(float(v) for v in np.round(p0, LIMIT_DECIMALS) + 0.0)
+        err = converges = None
     rl = evaluate(x, k, method, tau=large)
-    if rl.failures:
-        inf_limit, uniform = None, None
-    else:
-        pl = rl.weights.astype(np.float64)
-        finite = np.isfinite(x)
-        uniform_value = k / finite.sum()
-        uniform = bool(np.max(np.abs(pl[finite] - uniform_value)) <= 1e-4)
-        inf_limit = tuple(float(v) for v in np.round(pl, LIMIT_DECIMALS) + 0.0)
-    return SweepLimit(method, converges, limit, small, status, err, inf_limit, large, uniform)
+    okl = np.asarray(rl.status).reshape(-1) == "ok"
+    pl = np.asarray(rl.weights, dtype=np.float64).reshape(x.shape)
+    rows_inf: tuple[tuple[float, ...] | None, ...] = tuple(_rounded(p) if good else None for p, good in zip(pl, okl, strict=True))
+    uniform: bool | None = None
+    if okl.any():
+        finite = np.isfinite(x[okl])
+        uniform_value = k / finite.sum(axis=-1, keepdims=True)
+        uniform = bool(np.max(np.where(finite, np.abs(pl[okl] - uniform_value), 0.0)) <= 1e-4)
+    return SweepLimit(
+        method, converges, rows0[0] if len(rows0) == 1 else None, small, status, err,
+        rows_inf[0] if len(rows_inf) == 1 else None, large, uniform, rows0, rows_inf,
+    )
 
 
-def _match(method: str, x: FloatArray, k: int, target: float, hard: FloatArray) -> SweepMatch:
-    """Bisection on log tau for ``topk_mass(tau) = target`` (mass decreasing in tau)."""
-    small, large = limit_taus(x)
-
-    def mass(tau: float) -> float | None:
-        r = evaluate(x, k, method, tau=tau)
-        if r.failures:
-            return None
-        return float(np.sum(hard * r.weights.astype(np.float64)) / k)
-
-    lo, hi = math.log(small), math.log(large)
-    m_lo, m_hi = mass(small), mass(large)
-    while m_lo is None and hi - lo > 1.0:  # a method failing only at small tau: start where it works
-        lo += 0.25 * math.log(10.0)
-        m_lo = mass(math.exp(lo))
-    if m_lo is None or m_hi is None or not (m_hi <= target <= m_lo):
-        return SweepMatch(method, target, None, None)
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        m = mass(math.exp(mid))
-        if m is None or m >= target:  # a failure is on the small-tau side
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-10:
-            break
-    tau = math.exp(lo)
-    found = mass(tau)
-    if found is None:
-        tau = math.exp(hi)
-        found = mass(tau)
-    return SweepMatch(method, target, tau, found)
+def _match(method: str, x: FloatArray, k: int, target: float) -> SweepMatch:
+    """``--match``: the tau of mean top-k mass ``target``, by the one hardness solver."""
+    hm = tau_for_hardness(x, k, method, target)
+    return SweepMatch(method, target, hm.tau, hm.mass, hm.status, hm.reason)
 
 
 def temperature_sweep(
@@ -266,57 +326,69 @@ def temperature_sweep(
     """Measure each method on ``x`` across a grid of temperatures, plus its limits.
 
     Args:
-        x: one score vector ``(n,)``; ``-inf`` masks an entry.
+        x: one score vector ``(n,)`` or a batch ``(B, n)`` (every row one instance; the
+            measurements are then aggregated over the rows, see :class:`SweepPoint`); ``-inf``
+            masks an entry.
         k: ``1 <= k <= n``.
         methods: registered names (default: all).
         taus: temperatures, or text for :func:`parse_taus`.
-        match: a top-k mass in (0, 1] to reach (the tau per method is reported).
-        hardness: a top-k mass in (k/n, 1): each method is also measured at the largest tau that
+        match: a mean top-k mass in ``(k/n, 1)``: the tau per method that reaches it is reported
+            (:func:`topk_cli.tau_for_hardness`, the solver of ``hardness`` and ``compute --hardness``).
+        hardness: a mean top-k mass in (k/n, 1): each method is also measured at the largest tau that
             reaches it (:func:`topk_cli.tau_for_hardness`), or reported unreachable with the reason.
         progress: called with ``(done, total)`` after each method.
 
     Raises:
-        InvalidArgumentError: bad ``x``, ``k``, method, tau grid or ``match``.
+        InvalidArgumentError: bad ``x``, ``k``, method, tau grid, ``match`` or ``hardness``.
 
     >>> r = temperature_sweep([2.0, 1.0, 0.0], 1, methods=["hard"], taus=[1.0])
     >>> r.points[0].l1_to_hard, r.limits[0].converges
     (0.0, True)
     """
     arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim != 1 or arr.size == 0:
-        raise InvalidArgumentError(f"x must be one non-empty vector (n,), got shape {arr.shape}")
-    if np.isnan(arr).any() or (arr == np.inf).any():
+    if arr.ndim not in (1, 2) or arr.size == 0:
+        raise InvalidArgumentError(f"x must be one non-empty vector (n,) or a batch (B, n), got shape {arr.shape}")
+    batch = arr.reshape(-1, arr.shape[-1])
+    if np.isnan(batch).any() or (batch == np.inf).any():
         raise InvalidArgumentError("x must not contain NaN or +inf (use -inf to mask an entry)")
-    n_finite = int(np.isfinite(arr).sum())
+    n_finite = int(np.isfinite(batch).sum(axis=-1).min())
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_finite:
         raise InvalidArgumentError(f"k must satisfy 1 <= k <= n (n={n_finite} unmasked), got {k!r}")
     grid = parse_taus(taus) if isinstance(taus, str) else tuple(float(t) for t in taus)
     for t in grid:
         if not (math.isfinite(t) and t > 0):
             raise InvalidArgumentError(f"every tau must be a finite number > 0, got {t}")
-    if match is not None and not (0 < match <= 1):
-        raise InvalidArgumentError(f"match must be a top-k mass in (0, 1], got {match}")
+    low = uniform_mass(batch, int(k))
+    for option, value in (("match", match), ("hardness", hardness)):
+        if value is not None and not (isinstance(value, (int, float)) and low < value < 1.0):
+            raise InvalidArgumentError(
+                f"{option} must be a mean top-k mass in (k/n, 1) = ({low:.4g}, 1), got {value!r}"
+            )
     names = tuple(methods) if methods is not None else tuple(METHODS)
     for name in names:
         get_method(name)
-    finite = np.isfinite(arr)
-    hard = np.zeros_like(arr)
-    hard[finite] = _hard(arr[finite], int(k))
+    hard = np.zeros_like(batch)
+    for row, values in enumerate(batch):
+        finite = np.isfinite(values)
+        hard[row, finite] = _hard(values[finite], int(k))
     points: list[SweepPoint] = []
     limits: list[SweepLimit] = []
     matches: list[SweepMatch] = []
     at_hardness: list[tuple[HardnessMatch, SweepPoint | None]] = []
     for i, name in enumerate(names):
         if hardness is not None:
-            hm = tau_for_hardness(arr, int(k), name, hardness)
-            at_hardness.append((hm, _measure(name, arr, int(k), hm.tau, hard) if hm.tau is not None else None))
-        points.extend(_measure(name, arr, int(k), tau, hard) for tau in grid)
-        limits.append(_limit(name, arr, int(k), hard))
+            hm = tau_for_hardness(batch, int(k), name, hardness)
+            at_hardness.append((hm, _measure(name, batch, int(k), hm.tau, hard) if hm.tau is not None else None))
+        points.extend(_measure(name, batch, int(k), tau, hard) for tau in grid)
+        limits.append(_limit(name, batch, int(k), hard))
         if match is not None:
-            matches.append(_match(name, arr, int(k), match, hard))
+            matches.append(_match(name, batch, int(k), match))
         if progress is not None:
             progress(i + 1, len(names))
+    rows = tuple(tuple(float(v) for v in r) for r in batch)
+    hard_rows = tuple(tuple(float(v) for v in r) for r in hard)
     return SweepResult(
-        x=tuple(float(v) for v in arr), k=int(k), taus=grid, hard=tuple(float(v) for v in hard),
+        x=rows[0] if len(rows) == 1 else (), k=int(k), taus=grid, hard=hard_rows[0] if len(rows) == 1 else (),
         points=tuple(points), limits=tuple(limits), matches=tuple(matches), at_hardness=tuple(at_hardness),
+        rows=rows, hard_rows=hard_rows, batch=len(rows) > 1,
     )

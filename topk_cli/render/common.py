@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import math
+import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
@@ -71,10 +72,26 @@ def _csv_cell(value: Any) -> Any:
 
 
 #: Where tables go: the terminal's width (set by the CLI when stdout is a terminal), or None for
-#: a pipe or a file, where every table keeps its natural width.
+#: a pipe or a file, where output is fitted to :data:`OFF_TERMINAL_WIDTH`.
 FIT_WIDTH: ContextVar[int | None] = ContextVar("softtopk_fit_width", default=None)
+#: The width of every line written to a pipe, a file or a CI log (where no terminal says how wide
+#: to be). 120 columns: what a wide terminal, a CI log viewer or a code review page shows without
+#: wrapping, and wide enough that the widest table of numbers (the sweep's nine columns, about
+#: 115) stays one block. The one exception: a command meant to be pasted is never wrapped.
+OFF_TERMINAL_WIDTH = 120
 _NATURAL_MAX = 100_000
 _PROSE = 30  # a cell with spaces and longer than this is prose: it may wrap between words
+#: A prose cell longer than this moves under its table as a numbered note (``[1]``).
+NOTE_LENGTH = 60
+#: Headers of the columns that identify a row: repeated in every block of a split table.
+KEY_COLUMNS = frozenset({"method", "n", "k", "scale", "property", "task", "label", "row", "entry", "tau"})
+_NUMBER = re.compile(
+    r"^\s*(?:[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?%?|[-+]?inf|nan|-|<1%|\d+/\d+)\s*$"
+)
+
+
+class Command(str):
+    """A command line meant to be pasted: printed on a line of its own and never wrapped."""
 
 
 def terminal_width() -> int:
@@ -85,14 +102,19 @@ def terminal_width() -> int:
 def renderables_to_text(renderables: Sequence[RenderableType], *, color: bool, width: int | None = None) -> str:
     """Render rich objects to a string; plain text (no ANSI codes) when ``color`` is False.
 
-    The one width policy of every command: with a target width (``width``, else
-    :data:`FIT_WIDTH`: the terminal's) tables fit it without ever cutting a number, a name or a
-    header: prose cells wrap between words, and a table still too wide is split into blocks of
-    columns, each repeating the first (key) column. Without a target (a pipe, a file, a CI log)
-    every renderable keeps its natural width. Rich markup is off: labels and file names are
-    printed as they are, brackets included.
+    The one width policy of every command: every line fits the target width (``width``, else
+    :data:`FIT_WIDTH`: the terminal's, else :data:`OFF_TERMINAL_WIDTH` for a pipe, a file or a
+    CI log) without ever cutting a number, a name or a header: prose cells wrap between words,
+    a prose cell longer than :data:`NOTE_LENGTH` moves under its table as a numbered note, a
+    table still too wide is split into blocks of columns, each repeating the key columns
+    (:data:`KEY_COLUMNS`), and columns of numbers are right-aligned. A :class:`Command` is
+    printed on its own line and never wrapped (the only line that may be wider). A single
+    atomic column wider than the target is left whole. Rich markup is off: labels and file
+    names are printed as they are, brackets included.
     """
     target = width if width is not None else FIT_WIDTH.get()
+    if target is None:
+        target = OFF_TERMINAL_WIDTH
     console = Console(
         file=io.StringIO(),
         force_terminal=color,
@@ -104,20 +126,97 @@ def renderables_to_text(renderables: Sequence[RenderableType], *, color: bool, w
         markup=False,
         emoji=False,
     )
+    notes: list[str] = []
     with console.capture() as capture:
         for item in _flatten(renderables):
+            if isinstance(item, Command):
+                console.width = max(target, cell_len(item), 1)
+                console.print(Text(str(item)), no_wrap=True, overflow="ignore", crop=False)
+                continue
+            table_notes: list[tuple[int, str]] = []
+            if isinstance(item, Table):
+                item, table_notes = _with_notes(item, console, notes)
+                _align_numbers(item)
             parts = fit_table(item, console, target) if target is not None and isinstance(item, Table) else [item]
             for part in parts:
                 if target is None:
                     part = _stacked(part, fitted=False)
                     console.width = max(min(_natural_width(console, part), _NATURAL_MAX), 1)
                 elif isinstance(part, Table):  # a column wider than the terminal stays whole
+                    if part.title:  # wrapped at the target width, not at the (narrower) table's
+                        console.width = target
+                        title = str(part.title)
+                        head, sep, tail = title.rpartition(" (")
+                        if cell_len(title) > target and sep and tail.endswith(")"):
+                            title = f"{head}\n({tail}"  # the block's "(continued: ...)" stays whole
+                        console.print(Text(title, style="table.title"))
+                        part = copy.copy(part)
+                        part.title = None
                     console.width = max(target, _minimum_width(console, part))
                     part = _stacked(part, fitted=True)
                 else:  # text wraps between words
                     console.width = target
                 console.print(part)
+            if table_notes:
+                console.width = target
+                for number, text in table_notes:
+                    note = Text(f"[{number}] {text}")
+                    console.print(_hanging(note, len(f"[{number}] "), console, target))
     return capture.get()
+
+
+def _hanging(text: Text, indent: int, console: Console, width: int) -> Text:
+    """``text`` wrapped at ``width``, continuation lines indented by ``indent`` spaces."""
+    lines = text.wrap(console, max(width - indent, 10))
+    out = Text()
+    for i, line in enumerate(lines):
+        if i:
+            out.append("\n" + " " * indent)
+        line.rstrip()
+        out.append_text(line)
+    return out
+
+
+def _with_notes(table: Table, console: Console, notes: list[str]) -> tuple[Table, list[tuple[int, str]]]:
+    """``table`` with every prose cell longer than :data:`NOTE_LENGTH` replaced by ``[n]``; the
+    texts, numbered on from ``notes`` (one number per distinct text), to print under it."""
+    own: list[tuple[int, str]] = []
+    changed: list[Column] = []
+    touched = False
+    for column in table.columns:
+        cells = list(column.cells)
+        new_cells: list[RenderableType] = []
+        for cell in cells:
+            plain = _plain(cell) if type(cell) in (str, Text) else None  # type: ignore[arg-type]
+            if plain is not None and " " in plain and cell_len(plain) > NOTE_LENGTH and "\n" not in plain.strip("\n"):
+                text = " ".join(plain.split())
+                if text not in notes:
+                    notes.append(text)
+                number = notes.index(text) + 1
+                if (number, text) not in own:
+                    own.append((number, text))
+                style = cell.style if isinstance(cell, Text) else ""
+                new_cells.append(Text(f"[{number}]", style=style))
+                touched = True
+            else:
+                new_cells.append(cell)
+        changed.append(dataclasses.replace(column, _cells=new_cells))
+    if not touched:
+        return table, own
+    out = copy.copy(table)
+    out.columns = changed
+    return out, own
+
+
+def _align_numbers(table: Table) -> None:
+    """Right-align every column whose cells are all numbers (``-`` for none, ``nan``, ``3/20``)."""
+    for column in table.columns:
+        every = list(column.cells)
+        cells = [_plain(c) for c in every if isinstance(c, (str, Text))]
+        if len(cells) != len(every) or not cells:
+            continue
+        if all(_NUMBER.match(c) or not c.strip() for c in cells) and any(any(ch.isdigit() for ch in c) for c in cells):
+            column.justify = "right"
 
 
 def _flatten(renderables: Sequence[RenderableType]) -> list[RenderableType]:
@@ -248,28 +347,45 @@ def _table_width(table: Table, needs: Sequence[int]) -> int:
     return sum(needs) + len(needs) * (left + right) + borders + edge
 
 
+def _key_columns(table: Table) -> list[int]:
+    """The leading columns that identify a row (headers in :data:`KEY_COLUMNS`; at least one)."""
+    keys = []
+    for index, column in enumerate(table.columns):
+        header = _plain(column.header).strip().lower() if type(column.header) in (str, Text) else ""  # type: ignore[arg-type]
+        if header not in KEY_COLUMNS:
+            break
+        keys.append(index)
+    return keys or [0]
+
+
 def fit_table(table: Table, console: Console, width: int) -> list[Table]:
     """``table`` made to fit ``width`` columns without cutting a number, a name or a header.
 
     Atomic columns (numbers, names) never wrap; prose columns wrap between words. When the
     atomic columns alone do not fit, the table is split into blocks of columns, each block
-    repeating the first column (the row's key). A single column wider than ``width`` is left
-    whole (the line is then longer than the terminal, never cut).
+    repeating the key columns (the leading ones named in :data:`KEY_COLUMNS`, at least the
+    first). A single column wider than ``width`` is left whole (the line is then longer than
+    the terminal, never cut).
     """
     for column in table.columns:
         if _is_prose(console, list(column.cells)):
             column.overflow = "fold"
         else:
             column.no_wrap = True
-            column.overflow = "ignore"
+            # "fold", not "ignore": rich justifies no cell under "ignore" (numbers came out left-
+            # aligned); min_width keeps the column whole, so nothing is ever folded or cut
+            column.overflow = "fold"
             column.min_width = _column_need(console, column)
     needs = [_column_need(console, c) for c in table.columns]
     if _table_width(table, needs) <= width or len(table.columns) <= 2:
         return [table]
+    keys = _key_columns(table)
+    if len(table.columns) <= len(keys) + 1:
+        return [table]
     blocks: list[list[int]] = []
     current: list[int] = []
-    for index in range(1, len(table.columns)):
-        trial = [0, *current, index]
+    for index in range(len(keys), len(table.columns)):
+        trial = [*keys, *current, index]
         if current and _table_width(table, [needs[i] for i in trial]) > width:
             blocks.append(current)
             current = [index]
@@ -279,7 +395,7 @@ def fit_table(table: Table, console: Console, width: int) -> list[Table]:
     parts = []
     for number, block in enumerate(blocks):
         part = copy.copy(table)
-        part.columns = [copy.copy(table.columns[i]) for i in (0, *block)]
+        part.columns = [copy.copy(table.columns[i]) for i in (*keys, *block)]
         if number:
             part.title = f"{table.title} (continued: columns {number + 1}/{len(blocks)})" if table.title else None
         elif len(blocks) > 1 and table.title:

@@ -11,7 +11,14 @@ from rich.table import Table
 from rich.text import Text
 
 from topk_cli.properties import PropertyResult, VerifyReport
-from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
+from topk_cli.render.common import (
+    Command,
+    OutputFormat,
+    format_float,
+    render_csv,
+    render_json,
+    renderables_to_text,
+)
 
 CSV_COLUMNS = (
     "method", "property", "expected", "holds", "agrees", "worst", "smoothness", "expected_smoothness",
@@ -96,19 +103,37 @@ def properties_matrix(report: VerifyReport) -> Table:
 
 
 def counterexample_table(report: VerifyReport) -> Table | None:
-    """One line per failing (method, property): worst violation and a paste-able counterexample."""
+    """One line per failing (method, property): worst violation, what fails, and the number of
+    the command that reproduces it (:func:`counterexample_commands` lists them under the table)."""
     failing = [r for r in report.results if r.holds is False]
     if not failing:
         return None
     table = Table(title="Failures: worst violation and a shrunk counterexample", title_justify="left")
-    for col in ("method", "property", "claimed", "worst", "counterexample"):
-        table.add_column(col, overflow="fold")
+    for col in ("method", "property", "claimed", "worst", "counterexample", "command"):
+        table.add_column(col, overflow="fold", justify="right" if col == "worst" else "left")
+    number = 0
     for r in failing:
         cex = r.counterexample
-        text = f"{cex.command}\n{cex.detail}" if cex else r.detail
+        text = cex.detail if cex else r.detail
+        if cex:
+            number += 1
         worst = "failed" if r.worst is None or r.worst == float("inf") else format_float(r.worst, 4)
-        table.add_row(r.method, r.property, "yes" if r.expected else "no", worst, text)
+        table.add_row(r.method, r.property, "yes" if r.expected else "no", worst, text, f"cmd {number}" if cex else "-")
     return table
+
+
+def counterexample_commands(report: VerifyReport) -> list[Any]:
+    """The commands that reproduce the counterexamples, each on a line of its own (never wrapped)."""
+    lines: list[Any] = []
+    number = 0
+    for r in report.results:
+        if r.holds is False and r.counterexample is not None:
+            number += 1
+            lines.append(Text(f"cmd {number} ({r.method}, {r.property}):"))
+            lines.append(Command("  " + r.counterexample.command))
+    if lines:
+        lines.insert(0, Text("Commands that reproduce each counterexample:"))
+    return lines
 
 
 def render_properties_table(report: VerifyReport, *, color: bool = False) -> str:
@@ -122,6 +147,7 @@ def render_properties_table(report: VerifyReport, *, color: bool = False) -> str
     cex = counterexample_table(report)
     if cex is not None:
         renderables.append(cex)
+        renderables.extend(counterexample_commands(report))
     n_dis, n_claim = len(report.disagreements), len(report.claim_failures)
     renderables.append(
         Text(

@@ -250,8 +250,13 @@ def _summary_for(result: TrainProbeResult, task: str) -> Sequence[SummaryRow]:
     return [s for s in result.summary if s.task == task]
 
 
-def render_train_probe_png(result: TrainProbeResult) -> bytes:
-    """PNG bytes: per task, learning curves (mean over seeds, min-max band) and cos(true) against mass.
+def train_probe_figure(result: TrainProbeResult) -> Any:
+    """A matplotlib ``Figure``: per task, learning curves (mean over seeds, min-max band) and,
+    when the gradient check ran, cos(true) against mass; one style per method
+    (:mod:`topk_cli.render.styles`), the verdict in the legend.
+
+    Without a gradient check (``--no-grad-check``, ``--quick``) the figure has the learning
+    curves only (no empty panel).
 
     Raises:
         InvalidArgumentError: matplotlib is not installed (``pip install 'softtopk[plot]'``).
@@ -262,14 +267,32 @@ def render_train_probe_png(result: TrainProbeResult) -> bytes:
         raise InvalidArgumentError(
             "--plot needs matplotlib, which is not installed: pip install 'softtopk[plot]' (or pip install matplotlib)"
         ) from None
+    from topk_cli.render.styles import method_styles
+
     tasks = list(result.config.tasks)
-    fig = Figure(figsize=(12, 4.2 * len(tasks)), layout="constrained")
-    axes = fig.subplots(len(tasks), 2, squeeze=False)
     methods = list(result.config.methods)
-    colors = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+    styles = method_styles(methods)
     label = result.levels[0].label
+
+    def cos_points(task: str, m: str) -> tuple[list[float], list[float]]:
+        xs, ys = [], []
+        for cal in result.calibrations:
+            if (cal.task, cal.method) != (task, m) or cal.mass is None:
+                continue
+            cos = [g.cos_true for g in result.grad_check if (g.task, g.method, g.label) == (task, m, cal.label)]
+            kept = [v for v in cos if v is not None]
+            if kept:
+                xs.append(cal.mass)
+                ys.append(float(np.mean(kept)))
+        order = np.argsort(xs)
+        return [xs[i] for i in order], [ys[i] for i in order]
+
+    with_cos = {task: {m: cos_points(task, m) for m in methods} for task in tasks} if result.grad_check else {}
+    columns = 2 if any(xs for per in with_cos.values() for xs, _ in per.values()) else 1
+    fig = Figure(figsize=(6.5 * columns, 4.2 * len(tasks)), layout="constrained")
+    axes = fig.subplots(len(tasks), columns, squeeze=False)
     for row, task in enumerate(tasks):
-        ax_curve, ax_cos = axes[row]
+        ax_curve = axes[row][0]
         info = next(t for t in result.tasks if t.name == task)
         for m in methods:
             entry = result.curves.get((task, m, label))
@@ -277,39 +300,47 @@ def render_train_probe_png(result: TrainProbeResult) -> bytes:
                 continue
             steps, curves = entry
             summary = next(s for s in _summary_for(result, task) if s.method == m and s.label == label)
-            style = "--" if summary.verdict == "baseline" else "-"
-            ax_curve.plot(steps, curves.mean(axis=0), style, color=colors[m], label=f"{m} ({summary.verdict})")
-            ax_curve.fill_between(steps, curves.min(axis=0), curves.max(axis=0), color=colors[m], alpha=0.12)
+            style = styles[m]
+            every = max(1, len(steps) // 8)
+            ax_curve.plot(
+                steps, curves.mean(axis=0), color=style.color, marker=style.marker, markevery=every, markersize=5,
+                linestyle=style.linestyle, label=f"{m} ({summary.verdict})",
+            )
+            ax_curve.fill_between(steps, curves.min(axis=0), curves.max(axis=0), color=style.color, alpha=0.10)
         ax_curve.axhline(result.config.target, color="grey", lw=0.8, ls=":")
         ax_curve.set(
             xlabel="Adam step" if result.config.optimizer == "adam" else "SGD step",
             ylabel=f"{info.metric} / oracle (held out, hard top-k)",
-            title=f"{task}: learning curves at {label} (mean over {result.config.seeds} seeds, min-max band)",
+            title=f"{task}: learning curves at {label}\n(mean over {result.config.seeds} seeds, min-max band)",
         )
         ax_curve.legend(fontsize=7, loc="lower right")
-        if result.grad_check:
+        if columns == 2:
+            ax_cos = axes[row][1]
+            drawn = 0
             for m in methods:
-                xs, ys = [], []
-                for cal in result.calibrations:
-                    if (cal.task, cal.method) != (task, m) or cal.mass is None:
-                        continue
-                    cos = [g.cos_true for g in result.grad_check if (g.task, g.method, g.label) == (task, m, cal.label)]
-                    kept = [v for v in cos if v is not None]
-                    if kept:
-                        xs.append(cal.mass)
-                        ys.append(float(np.mean(kept)))
+                xs, ys = with_cos.get(task, {}).get(m, ([], []))
                 if xs:
-                    order = np.argsort(xs)
-                    ax_cos.plot(np.array(xs)[order], np.array(ys)[order], marker="o", color=colors[m], label=m)
+                    ax_cos.plot(xs, ys, markersize=5, label=m, **styles[m].kwargs())
+                    drawn += 1
+            if not drawn:
+                ax_cos.remove()
+                continue
             ax_cos.axhline(0.0, color="grey", lw=0.8)
             ax_cos.set(
                 xlabel="top-k mass (hardness)", ylabel="cos(operator gradient, true gradient)",
                 title=f"{task}: gradient alignment against hardness", ylim=(-1.05, 1.05),
             )
-            ax_cos.legend(fontsize=7, loc="lower left")
-        else:
-            ax_cos.set_axis_off()
-            ax_cos.text(0.5, 0.5, "gradient check not run", ha="center", va="center")
+            ax_cos.legend(fontsize=7, loc="best")
+    return fig
+
+
+def render_train_probe_png(result: TrainProbeResult) -> bytes:
+    """PNG bytes of :func:`train_probe_figure`.
+
+    Raises:
+        InvalidArgumentError: matplotlib is not installed (``pip install 'softtopk[plot]'``).
+    """
+    fig = train_probe_figure(result)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     return buffer.getvalue()
