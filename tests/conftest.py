@@ -33,6 +33,11 @@ class CliResult:
     def json(self) -> Any:
         return json.loads(self.out)
 
+    @property
+    def output(self) -> str:
+        """stdout then stderr (for messages and "not anywhere in the output" checks)."""
+        return self.out + self.err
+
 
 def run_cli(*args: str, input: str | bytes | None = None, allow_internal_error: bool = False) -> CliResult:
     """Run ``softtopk ARGS`` in-process (Typer's CliRunner, stdout and stderr separate)."""
