@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import reference as ref
 import reference_wider
+from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
@@ -285,15 +286,11 @@ def test_compute_jacobian_failure_is_a_per_row_failure() -> None:
     rows and methods are printed; it used to abort with exit 2 and nothing on stdout."""
     import json
 
-    from typer.testing import CliRunner
-
-    from topk_cli.cli import app
-
-    result = CliRunner().invoke(app, ["compute", "-m", "weighted-softmax", "-m", "thre-exp", "-k", "2", "--tau",
-                                      "1e-20", "--values", "0,1,2", "--jacobian", "--format", "json"])
-    assert result.exit_code == 1, result.stderr
-    doc = json.loads(result.stdout)
+    result = run_cli("compute", "-m", "weighted-softmax", "-m", "thre-exp", "-k", "2", "--tau",
+                     "1e-20", "--values", "0,1,2", "--jacobian", "--format", "json")
+    assert result.code == 1, result.err
+    doc = json.loads(result.out)
     by_method = {r["method"]: r for r in doc["results"]}
     assert by_method["weighted-softmax"]["status"] == ["ill-conditioned"]
     assert by_method["thre-exp"]["status"] == ["ok"]
-    assert "Jacobian" in result.stderr
+    assert "Jacobian" in result.err
