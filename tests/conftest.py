@@ -53,9 +53,23 @@ def run_cli(*args: str, input: str | bytes | None = None, allow_internal_error: 
     return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
-def assert_same_bits(a: Any, b: Any) -> None:
+def same_bits(a: Any, b: Any) -> bool:
+    """True when ``a`` and ``b`` are equal bit for bit: same dtype and shape, same bytes (NaN payloads
+    and signed zeros included); object arrays (e.g. strings) element by element."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind == "O":
+        return a.tolist() == b.tolist()
+    return a.tobytes() == b.tobytes()
+
+
+def assert_same_bits(a: Any, b: Any, what: str = "") -> None:
     """Arrays equal bit for bit (NaN payloads and signed zeros included), same dtype and shape."""
     a, b = np.asarray(a), np.asarray(b)
-    assert a.dtype == b.dtype, (a.dtype, b.dtype)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    assert a.tobytes() == b.tobytes(), f"differ at {np.argwhere(a.view(np.uint8).reshape(-1) != b.view(np.uint8).reshape(-1))[:5].ravel()}"
+    assert a.dtype == b.dtype, (what, a.dtype, b.dtype)
+    assert a.shape == b.shape, (what, a.shape, b.shape)
+    if a.dtype.kind == "O":
+        assert a.tolist() == b.tolist(), what
+        return
+    assert a.tobytes() == b.tobytes(), f"{what} differ at bytes {np.flatnonzero(np.frombuffer(a.tobytes(), np.uint8) != np.frombuffer(b.tobytes(), np.uint8))[:5]}"
