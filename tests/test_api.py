@@ -11,12 +11,11 @@ import math
 import numpy as np
 import pytest
 import reference as ref
-import reference_wider
 
 import topk_cli as st
 
 #: Every method's reference: ``reference.py`` and the wider field's ``reference_wider.py``.
-REFERENCES = {**ref.REFERENCES, **reference_wider.REFERENCES}
+REFERENCES = ref.all_references()
 
 
 def _reference(method: str, x: list, k: int, tau: float = 1.0, **kw: int) -> list:

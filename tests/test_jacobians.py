@@ -15,12 +15,11 @@ import functools
 import numpy as np
 import pytest
 import reference as ref
-import reference_wider
 
 import topk_cli as st
 
 #: Every method's reference: ``reference.py`` and the wider field's ``reference_wider.py``.
-REFERENCES = {**ref.REFERENCES, **reference_wider.REFERENCES}
+REFERENCES = ref.all_references()
 
 #: Monte Carlo methods are checked against their exact expectation within their standard error
 #: (tests/test_perturbed.py), not at the float64 tolerances of this grid.
