@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import reference as ref
+from golden_store import golden
 
 import topk_cli as st
 
@@ -169,6 +170,7 @@ def reference_floats(method: str, x: tuple[float, ...], k: int, tau: float) -> t
 
 
 @functools.cache
+@golden("test_accuracy.reference_floats")  # stored: tests/golden/references.json.gz
 def _reference_floats(name: str, x: tuple[float, ...], k: int, tau: float) -> tuple[float, ...]:
     return tuple(ref.to_floats(_reference(name, list(x), k, tau)))
 

@@ -15,6 +15,7 @@ import pytest
 import reference as ref
 import reference_wider
 from conftest import run_cli
+from golden_store import golden
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
@@ -27,6 +28,7 @@ SEQUENTIAL = ("iterative", "weighted-softmax")
 
 
 @functools.cache
+@golden("test_fuzz_core.ref_pq")  # stored: tests/golden/references.json.gz
 def _ref_pq(method: str, z: tuple[float, ...], k: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Reference ``(p, 1 - p)`` on the operator's input ``z``, both rounded to float64."""
     name = "grad" if method == "grad-recursive" else method

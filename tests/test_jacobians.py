@@ -15,6 +15,7 @@ import functools
 import numpy as np
 import pytest
 import reference as ref
+from golden_store import golden
 
 import topk_cli as st
 
@@ -51,6 +52,7 @@ CASES = _cases()
 
 
 @functools.cache
+@golden("test_jacobians.fd_reference")  # stored: tests/golden/references.json.gz
 def fd_reference(method: str, x: tuple[float, ...], k: int, tau: float) -> np.ndarray:
     name = "grad" if method == "grad-recursive" else method
     jac = ref.jacobian_fd(REFERENCES[name], list(x), k, tau)
