@@ -61,6 +61,30 @@ def test_the_store_round_trips_exactly() -> None:
         assert type(again) is type(value) and repr(again) == repr(value)
 
 
-@pytest.mark.skipif(mode() != "use", reason="only when the stored values are used")
-def test_the_mode_is_use_by_default() -> None:
-    assert mode() == "use"
+def test_an_unknown_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOFTTOPK_GOLDEN", "sometimes")
+    with pytest.raises(ValueError, match="SOFTTOPK_GOLDEN"):
+        mode()
+
+
+def test_a_stored_value_is_served_and_a_missing_one_computed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from golden_store import GoldenMissWarning, _key, encode_args, golden
+
+    monkeypatch.setenv("SOFTTOPK_GOLDEN", "use")
+    calls = []
+
+    @golden("test_golden.probe")
+    def probe(x: tuple[float, ...], k: int) -> tuple[float, ...]:
+        calls.append((x, k))
+        return tuple(v * k for v in x)
+
+    vectors: dict[str, str] = {}
+    key = _key("test_golden.probe", encode_args(((1.0, 2.0), 3), vectors))
+    monkeypatch.setitem(stored()["entries"], key, {"name": "test_golden.probe", "args": [],
+                                                  "result": encode_result((7.0, 8.0))})
+    assert probe((1.0, 2.0), 3) == (7.0, 8.0) and calls == []  # the stored value, not a computation
+    with pytest.warns(GoldenMissWarning, match="make_golden"):
+        assert probe((1.0, 2.0), 2) == (2.0, 4.0)
+    assert calls == [((1.0, 2.0), 2)]
+    monkeypatch.setenv("SOFTTOPK_GOLDEN", "off")  # off: always the reference code
+    assert probe((1.0, 2.0), 3) == (3.0, 6.0)
