@@ -55,7 +55,7 @@ def meta() -> dict:
                      "python": platform.python_version()},
         "precision_digits": {
             "reference.py (DPS, raised by log10 max |z|)": reference.DPS,
-            "reference_wider.py (DPS)": reference_wider.DPS,
+            "reference_wider.py (DPS; perturbed's quadrature 25)": reference_wider.DPS,
             "test_fuzz_core.ref_pq (dps for reference.py's methods)": 40,
             "test_jacobians.fd_reference (jacobian_fd: dps, step 10^-25)": 90,
             "test_sequential.ref (60 + k spread / ln 10 + log10 spread)": 60,
