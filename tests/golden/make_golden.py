@@ -35,6 +35,8 @@ FILES = [
     "tests/test_sequential.py",
     "tests/test_threshold.py",
     "tests/test_weighted_softmax_far.py",
+    "tests/test_perturbed.py",
+    "tests/test_projection.py",
 ]
 
 
@@ -61,6 +63,8 @@ def meta() -> dict:
             "test_sequential.ref (60 + k spread / ln 10 + log10 spread)": 60,
             "test_threshold.reference (bisection)": 60,
             "test_weighted_softmax_far.ref (reference.py DPS, certified by doubling)": 50,
+            "test_perturbed.exact_weights / exact_jacobian (quadrature)": 15,
+            "test_projection.regularised_argmax (interior point)": 20,
         },
         "seeds": {
             "test_accuracy": "make_vector: default_rng(seed), seeds 1.. (n <= 5), 100.. (n = 50), 1000.. and 1010.. (n = 1000)",
@@ -69,6 +73,8 @@ def meta() -> dict:
             "test_sequential": "default_rng(7), (3), (11), (5), (2), (0) per test (see the file)",
             "test_threshold": "CASES: default_rng(20240917)",
             "test_weighted_softmax_far": "_adversarial: default_rng(5) and the fixed rows in the file",
+            "test_perturbed": "fixed CASES in the file",
+            "test_projection": "fixed vectors in the file",
         },
         "note": "each entry stores its exact inputs (float64 bits) and the reference's output rounded to float64",
     }
