@@ -542,6 +542,14 @@ REFERENCES: dict[str, RefFn] = {
 }
 
 
+def all_references() -> dict[str, RefFn]:
+    """Every registered method's reference: this module's, and the wider field's from
+    ``reference_wider.py`` (thre-clip, thre-cube, topk-softmax, ot-sinkhorn, perturbed)."""
+    import reference_wider
+
+    return {**REFERENCES, **reference_wider.REFERENCES}
+
+
 def reference(method: str, x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> list[Any]:
     """The reference weights of ``method`` (a registered name)."""
     return REFERENCES[method](x, k, tau, dps=dps)

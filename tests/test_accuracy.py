@@ -31,12 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import reference as ref
-import reference_wider
+from golden_store import golden
 
 import topk_cli as st
 
 #: Every method's reference: ``reference.py`` and the wider field's ``reference_wider.py``.
-REFERENCES = {**ref.REFERENCES, **reference_wider.REFERENCES}
+REFERENCES = ref.all_references()
 
 
 def _reference(method: str, x: list, k: int, tau: float = 1.0, **kw: int) -> list:
@@ -170,6 +170,7 @@ def reference_floats(method: str, x: tuple[float, ...], k: int, tau: float) -> t
 
 
 @functools.cache
+@golden("test_accuracy.reference_floats")  # stored: tests/golden/references.json.gz
 def _reference_floats(name: str, x: tuple[float, ...], k: int, tau: float) -> tuple[float, ...]:
     return tuple(ref.to_floats(_reference(name, list(x), k, tau)))
 

@@ -11,12 +11,11 @@ import math
 import numpy as np
 import pytest
 import reference as ref
-import reference_wider
 
 import topk_cli as st
 
 #: Every method's reference: ``reference.py`` and the wider field's ``reference_wider.py``.
-REFERENCES = {**ref.REFERENCES, **reference_wider.REFERENCES}
+REFERENCES = ref.all_references()
 
 
 def _reference(method: str, x: list, k: int, tau: float = 1.0, **kw: int) -> list:
@@ -231,6 +230,7 @@ def test_minus_inf_masks_as_if_absent(method: str) -> None:
 @pytest.mark.parametrize("method", METHODS)
 def test_equal_inputs_give_exactly_equal_outputs(method: str) -> None:
     rng = np.random.default_rng(17)
+    checked = 0
     for trial in range(5):
         base = rng.normal(size=4) * 10 ** rng.uniform(-3, 3)
         x = rng.permutation(np.concatenate([base, base[:3], [base[0]]]))
@@ -239,23 +239,33 @@ def test_equal_inputs_give_exactly_equal_outputs(method: str) -> None:
             if not st.METHODS[method].guarantees.finite and not res.ok:
                 continue  # a reported failure (NaN row) is the documented behaviour of such methods
             assert res.ok, res.failures
+            checked += 1
             out = res.weights
             for value in np.unique(x):
                 group = out[x == value]
                 assert np.all(group == group[0]), (trial, k, x, out)
+    # of the 15 rows, grad-recursive returns 12, weighted-softmax and ot-sinkhorn 14 (the others all)
+    assert checked >= 10, f"{method} returned only {checked} of 15 rows"
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_k_equals_n(method: str) -> None:
     x = [0.3, -1.2, 2.2, 0.0, 0.7]
-    res = st.evaluate(x, 5, method, tau=0.5)
-    if method == "grad-recursive" and not res.ok:
-        pytest.skip(f"grad-recursive reports {res.status} at k = n (its recursion saturates)")
+    # grad-recursive reports "cancellation" at tau = 0.5 (its recursion saturates): checked at tau = 1
+    tau = 1.0 if method == "grad-recursive" else 0.5
+    res = st.evaluate(x, 5, method, tau=tau)
+    assert res.ok, res.failures
     out = res.weights
+    if method == "grad-recursive" and not np.array_equal(out, np.ones(5)):
+        np.testing.assert_allclose(out, np.ones(5), rtol=0, atol=1e-12)  # its stated accuracy holds
+        pytest.xfail(  # strict in effect: exact ones make this an ordinary pass
+            f"grad-recursive at k = n returns 1 + {np.abs(out - 1).max():.2g} (max {out.max()!r}: a weight above 1 "
+            "although it claims the range [0, 1]) instead of exact ones"
+        )
     if method in RANGE_METHODS:
         np.testing.assert_array_equal(out, np.ones(5))
     else:  # iterative / weighted-softmax do not give all ones at k = n: the mathematics says so
-        want = ref.to_floats(_reference(method, x, 5, 0.5))
+        want = ref.to_floats(_reference(method, x, 5, tau))
         np.testing.assert_allclose(out, want, rtol=0, atol=1e-12)
         assert abs(out.sum() - 5) < 1e-12
 

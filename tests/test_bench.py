@@ -7,26 +7,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import CliResult, run_cli
 
 from topk_cli.analysis.bench import bench, peak_bytes, random_scores, seconds_per_call
-from topk_cli.cli import app
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.render.bench import CSV_COLUMNS, RESULT_KEYS
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_inputs"
-runner = CliRunner()
 FAST = ["--repeats", "1", "--no-memory"]
 
 
-def run(*args: str):
-    return runner.invoke(app, ["bench", *args])
+def run(*args: str) -> CliResult:
+    return run_cli("bench", *args)
 
 
 def test_json_has_the_documented_keys() -> None:
     r = run("-B", "3", "-n", "6", "-k", "2", "-m", "thre-laplace", "-m", "grad", "--repeats", "1", "--format", "json")
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
+    assert r.code == 0, r.output
+    doc = json.loads(r.out)
     assert {"batch", "n", "k", "tau", "dtype", "repeats", "seed", "source", "memory_method", "baselines",
             "results"} <= set(doc)
     assert (doc["batch"], doc["n"], doc["k"], doc["dtype"], doc["memory_method"]) == (3, 6, 2, "float64", "tracemalloc")
@@ -41,18 +39,18 @@ def test_json_has_the_documented_keys() -> None:
 
 def test_csv_is_tidy_and_table_is_plain_text() -> None:
     r = run("-B", "2", "-n", "5", "-k", "1", "-m", "hard,thre-exp", "--dtype", "float32", *FAST, "--format", "csv")
-    assert r.exit_code == 0, r.output
-    lines = r.stdout.strip().splitlines()
+    assert r.code == 0, r.output
+    lines = r.out.strip().splitlines()
     assert lines[0].split(",") == list(CSV_COLUMNS) and len(lines) == 3
     assert ",float32," in lines[1]
     r = run("-B", "2", "-n", "5", "-k", "1", "-m", "thre-sigmoid", *FAST)
-    assert r.exit_code == 0 and "thre-sigmoid" in r.stdout and "\x1b[" not in r.stdout
+    assert r.code == 0 and "thre-sigmoid" in r.out and "\x1b[" not in r.out
 
 
 def test_input_file_and_failing_rows() -> None:
     r = run(str(SAMPLES / "wide_spread.csv"), "-k", "2", "-m", "grad-recursive", "-m", "grad", *FAST, "--format", "json")
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
+    assert r.code == 0, r.output
+    doc = json.loads(r.out)
     rec, exact = doc["results"]
     assert rec["failed_rows"] == 1 and rec["vjp_ms"] is None and "VJP not timed" in rec["status"]
     assert exact["status"] == "ok" and doc["source"].endswith("wide_spread.csv")
@@ -64,8 +62,8 @@ def test_input_file_and_failing_rows() -> None:
 )
 def test_bad_arguments_exit_2_with_one_line(args: tuple[str, ...]) -> None:
     r = run(*args)
-    assert r.exit_code == 2
-    assert r.stderr.startswith("softtopk: error:") and r.stderr.count("\n") == 1
+    assert r.code == 2
+    assert r.err.startswith("softtopk: error:") and r.err.count("\n") == 1
 
 
 def test_library_helpers() -> None:

@@ -11,20 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import CliResult, run_cli
 
 import topk_cli.cli as cli
-from topk_cli.cli import app
 from topk_cli.output import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_inputs"
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, result.stdout, result.stderr
+def run(*args: str) -> CliResult:
+    return run_cli(*args)
 
 
 @pytest.mark.parametrize(

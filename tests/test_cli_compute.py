@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import CliResult, run_cli
 
 import topk_cli as st
-from topk_cli.cli import app
 from topk_cli.inputs import load_input
 from topk_cli.render.common import format_float
 
@@ -27,14 +26,10 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_inputs"
 SCORES = str(SAMPLES / "scores.csv")
 ROUTER = str(SAMPLES / "router_logits.csv")
 WIDE = str(SAMPLES / "wide_spread.csv")
-runner = CliRunner()
 
 
-def run(*args: str, input: str | bytes | None = None) -> tuple[int, str, str]:
-    result = runner.invoke(app, list(args), input=input)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
+def run(*args: str, input: str | bytes | None = None) -> CliResult:
+    return run_cli(*args, input=input)
 
 
 def run_json(*args: str, input: str | bytes | None = None) -> dict:

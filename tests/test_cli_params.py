@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import typer
+from conftest import run_cli
 from typer._click.exceptions import BadParameter
 
 from topk_cli.cli import app
@@ -79,10 +80,8 @@ def test_plain_arguments_do_not_import_pydantic(argv: list[str], tmp_path: Path)
 
 
 def test_deferred_values_keep_typer_messages() -> None:
-    from typer.testing import CliRunner
-
-    r = CliRunner().invoke(app, ["compute", "-k", "2.5", "--values", "3,2,1"])
-    assert r.exit_code == 2
-    assert "Invalid value for '-k'" in r.stderr and "integer" in r.stderr
-    r = CliRunner().invoke(app, ["compute", "-k", "2.0", "--values", "3,2,1", "--format", "json"])
-    assert r.exit_code == 0, r.stderr
+    r = run_cli("compute", "-k", "2.5", "--values", "3,2,1")
+    assert r.code == 2
+    assert "Invalid value for '-k'" in r.err and "integer" in r.err
+    r = run_cli("compute", "-k", "2.0", "--values", "3,2,1", "--format", "json")
+    assert r.code == 0, r.err

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import json
 
-from typer.testing import CliRunner
-
-from topk_cli.cli import app
+from conftest import CliResult, run_cli
 
 SMALL = ["-n", "10", "-k", "2,5", "--scales", "0.1,300", "--trials", "3"]
 
 
-def _run(args):
-    return CliRunner().invoke(app, ["stability-probe", *args])
+def _run(args: list[str]) -> CliResult:
+    return run_cli("stability-probe", *args)
 
 
 def test_json_has_the_spec_shape_and_exit_0_without_strict():
     r = _run([*SMALL, "-m", "grad", "-m", "grad-recursive", "--format", "json"])
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
+    assert r.code == 0, r.output
+    doc = json.loads(r.out)
     assert {"results", "boundaries"} <= set(doc)
     assert len(doc["results"]) == 2 * 2 * 2
     for row in doc["results"]:
@@ -36,26 +34,26 @@ def test_json_has_the_spec_shape_and_exit_0_without_strict():
 
 def test_strict_exit_codes():
     failing = _run([*SMALL, "-m", "grad-recursive", "--strict", "--format", "csv"])
-    assert failing.exit_code == 1
-    assert failing.stdout.startswith("method,n,k,scale,trials,failures,kinds")
+    assert failing.code == 1
+    assert failing.out.startswith("method,n,k,scale,trials,failures,kinds")
     clean = _run([*SMALL, "-m", "grad,thre-sigmoid", "--strict", "--format", "csv"])
-    assert clean.exit_code == 0, clean.output
-    assert len(clean.stdout.strip().splitlines()) == 1 + 2 * 2 * 2
+    assert clean.code == 0, clean.output
+    assert len(clean.out.strip().splitlines()) == 1 + 2 * 2 * 2
 
 
 def test_table_is_plain_text_when_not_a_terminal():
     r = _run([*SMALL, "-m", "grad-recursive", "-k", "0.5n"])
-    assert r.exit_code == 0, r.output
-    assert "\x1b[" not in r.stdout
-    assert "grad-recursive: failed trials" in r.stdout
-    assert "Boundaries" in r.stdout and "k=5" in r.stdout
+    assert r.code == 0, r.output
+    assert "\x1b[" not in r.out
+    assert "grad-recursive: failed trials" in r.out
+    assert "Boundaries" in r.out and "k=5" in r.out
 
 
 def test_output_file_is_written(tmp_path):
     target = tmp_path / "probe.json"
     r = _run([*SMALL, "-m", "thre-exp", "--format", "json", "-o", str(target)])
-    assert r.exit_code == 0, r.output
-    assert r.stdout == ""
+    assert r.code == 0, r.output
+    assert r.out == ""
     assert json.loads(target.read_text())["results"][0]["method"] == "thre-exp"
 
 
@@ -69,6 +67,6 @@ def test_usage_errors_exit_2_with_one_line():
         ["--trials", "0"],
     ):
         r = _run([*SMALL, *args])
-        assert r.exit_code == 2, (args, r.output)
-        assert r.stdout == ""
-        assert r.stderr.startswith("softtopk: error:") and r.stderr.count("\n") == 1
+        assert r.code == 2, (args, r.output)
+        assert r.out == ""
+        assert r.err.startswith("softtopk: error:") and r.err.count("\n") == 1

@@ -13,6 +13,7 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
+from conftest import assert_same_bits
 
 import topk_cli.operators.grad_recursive as gr
 from topk_cli.analysis import probe
@@ -37,8 +38,7 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def _same(a: RecursionTrace, b: RecursionTrace) -> None:
     for f in fields(RecursionTrace):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f.name
+        assert_same_bits(getattr(a, f.name), getattr(b, f.name), f.name)
 
 
 def _x() -> np.ndarray:

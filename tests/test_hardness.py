@@ -9,11 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import run_cli
 
 import topk_cli as st
 from topk_cli.analysis.hardness import calibrate_hardness, tau_grid, topk_mass
-from topk_cli.cli import app
 from topk_cli.errors import InvalidArgumentError
 
 SMOOTH = [name for name, spec in st.METHODS.items() if spec.family != "baseline"]
@@ -128,13 +127,12 @@ def test_masked_entries_count_as_absent() -> None:
 # ---- --hardness in compute and temperature-sweep ---------------------------------------------
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_inputs"
-runner = CliRunner()
 
 
 def test_compute_picks_a_tau_per_method() -> None:
-    r = runner.invoke(app, ["compute", "-m", "grad,thre-sigmoid,hard", "-k", "2", "--hardness", "0.9", "--format", "json", str(SAMPLES / "router_logits.csv")])
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
+    r = run_cli("compute", "-m", "grad,thre-sigmoid,hard", "-k", "2", "--hardness", "0.9", "--format", "json", str(SAMPLES / "router_logits.csv"))
+    assert r.code == 0, r.output
+    doc = json.loads(r.out)
     assert doc["tau"] is None and doc["hardness"] == 0.9
     hard = np.array(doc["hard"])
     taus = {}
@@ -148,26 +146,26 @@ def test_compute_picks_a_tau_per_method() -> None:
         assert mass == pytest.approx(0.9, abs=1e-4) and res["topk_mass"] == pytest.approx(mass, abs=1e-12)
         taus[res["method"]] = res["tau"]
     assert taus["grad"] != taus["thre-sigmoid"]
-    assert "grad: tau = " in r.stderr and "hard: does not depend on tau" in r.stderr
+    assert "grad: tau = " in r.err and "hard: does not depend on tau" in r.err
 
 
 def test_compute_table_and_unreachable_method_exit_1() -> None:
-    r = runner.invoke(app, ["compute", "-m", "grad-recursive", "-m", "grad", "-k", "2", "--hardness", "0.99", str(SAMPLES / "router_logits.csv")])
-    assert r.exit_code == 1
-    assert "top-k mass 0.99" in r.stdout and "grad-recursive: cannot reach top-k mass 0.99: refuses more than 1%" in r.stdout
-    assert "unreachable" in r.stdout
-    bad = runner.invoke(app, ["compute", "-k", "2", "--hardness", "0.2", "--values", "3,2,1,0"])
-    assert bad.exit_code == 2 and bad.stderr.startswith("softtopk: error: hardness must be a top-k mass in (k/n, 1)")
+    r = run_cli("compute", "-m", "grad-recursive", "-m", "grad", "-k", "2", "--hardness", "0.99", str(SAMPLES / "router_logits.csv"))
+    assert r.code == 1
+    assert "top-k mass 0.99" in r.out and "grad-recursive: cannot reach top-k mass 0.99: refuses more than 1%" in r.out
+    assert "unreachable" in r.out
+    bad = run_cli("compute", "-k", "2", "--hardness", "0.2", "--values", "3,2,1,0")
+    assert bad.code == 2 and bad.err.startswith("softtopk: error: hardness must be a top-k mass in (k/n, 1)")
 
 
 def test_temperature_sweep_measures_each_method_at_equal_hardness() -> None:
-    r = runner.invoke(app, ["temperature-sweep", "-k", "2", "-m", "thre-exp,grad,hard", "--taus", "1", "--hardness", "0.9", "--format", "json"])
-    assert r.exit_code == 0, r.output
-    rows = {h["method"]: h for h in json.loads(r.stdout)["hardness"]}
+    r = run_cli("temperature-sweep", "-k", "2", "-m", "thre-exp,grad,hard", "--taus", "1", "--hardness", "0.9", "--format", "json")
+    assert r.code == 0, r.output
+    rows = {h["method"]: h for h in json.loads(r.out)["hardness"]}
     for method in ("thre-exp", "grad"):
         assert rows[method]["hardness_status"] == "ok" and rows[method]["topk_mass"] == pytest.approx(0.9, abs=1e-4)
         assert rows[method]["jacobian_norm"] > 0
     assert rows["thre-exp"]["tau"] != rows["grad"]["tau"]
     assert rows["hard"]["hardness_status"] == "constant" and rows["hard"]["tau"] is None
-    table = runner.invoke(app, ["temperature-sweep", "-k", "2", "-m", "grad", "--taus", "1", "--hardness", "0.9"])
-    assert table.exit_code == 0 and "At equal hardness" in table.stdout
+    table = run_cli("temperature-sweep", "-k", "2", "-m", "grad", "--taus", "1", "--hardness", "0.9")
+    assert table.code == 0 and "At equal hardness" in table.out

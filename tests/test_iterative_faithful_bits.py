@@ -9,6 +9,7 @@ import functools
 import iterative_faithful_old as old
 import numpy as np
 import pytest
+from conftest import same_bits
 
 from topk_cli.operators import _iterative_fast
 from topk_cli.operators import iterative as it
@@ -65,10 +66,7 @@ def _cases() -> list[tuple[np.ndarray, int]]:
     return cases
 
 
-def _same(a: object, b: object) -> bool:
-    x, y = np.asarray(a), np.asarray(b)
-    nan = x.dtype.kind == "f"  # equal_nan only exists for numbers (codes are strings)
-    return x.dtype == y.dtype and bool(np.array_equal(x, y, equal_nan=nan))
+_same = same_bits
 
 
 def _differences(new: Forward, ref: Forward) -> list[str]:

@@ -5,13 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from typer.testing import CliRunner
+from conftest import run_cli
 
 from topk_cli.analysis.parallel import WorkerError, available_cores, check_jobs, parallel_map, schedule
-from topk_cli.cli import app
 from topk_cli.errors import InvalidArgumentError, SoftTopKError
-
-runner = CliRunner()
 
 
 def _square_or_fail(x: int) -> int:
@@ -59,8 +56,8 @@ def test_jobs_validation() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(InvalidArgumentError):
             check_jobs(bad)
-    result = runner.invoke(app, ["stability-probe", "--jobs", "0"])
-    assert result.exit_code == 2 and "jobs must be an integer >= 1" in result.stderr
+    result = run_cli("stability-probe", "--jobs", "0")
+    assert result.code == 2 and "jobs must be an integer >= 1" in result.err
 
 
 @pytest.mark.parametrize(
@@ -71,6 +68,6 @@ def test_jobs_validation() -> None:
     ],
 )
 def test_cli_json_identical_for_jobs_1_and_2(args: list[str]) -> None:
-    outs = [runner.invoke(app, [*args, "--format", "json", "--jobs", j]) for j in ("1", "2")]
-    assert all(r.exit_code in (0, 1) for r in outs), [r.stderr for r in outs]
-    assert outs[0].stdout == outs[1].stdout
+    outs = [run_cli(*args, "--format", "json", "--jobs", j) for j in ("1", "2")]
+    assert all(r.code in (0, 1) for r in outs), [r.err for r in outs]
+    assert outs[0].out == outs[1].out

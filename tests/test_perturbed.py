@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import reference_wider as ref
+from golden_store import golden
 
 import topk_cli as st
 from topk_cli.api import scaled_scores
@@ -33,11 +34,23 @@ CASES = [
 ]
 
 
+@golden("test_perturbed.exact_weights")  # stored: tests/golden/references.json.gz
+def _exact_weights(x: list[float], k: int, tau: float) -> tuple[float, ...]:
+    """``E[T_k(x + tau Z)]`` by quadrature (``reference_wider.perturbed``, 15 digits)."""
+    return tuple(float(v) for v in ref.perturbed(x, k, tau, dps=15))
+
+
+@golden("test_perturbed.exact_jacobian")  # stored: tests/golden/references.json.gz
+def _exact_jacobian(x: list[float], k: int) -> tuple[tuple[float, ...], ...]:
+    """Its Jacobian at tau = 1 by differentiating under the integral (15 digits)."""
+    return tuple(tuple(float(v) for v in row) for row in ref.perturbed_jacobian(x, k, 1.0, dps=15))
+
+
 @pytest.mark.parametrize(("x", "k", "tau"), CASES)
 def test_weights_match_the_exact_expectation_within_standard_error(x: list[float], k: int, tau: float) -> None:
     z = scaled_scores(np.asarray(x), k, tau=tau)
     fwd = perturbed_forward(z, k, samples=20_000, seed=1)
-    exact = np.array([float(v) for v in ref.perturbed(x, k, tau, dps=15)])
+    exact = np.array(_exact_weights([float(v) for v in x], k, float(tau)))
     se = fwd.aux["stderr"][0]
     assert np.all(se > 0) and np.all(se < 0.01)
     assert np.all(np.abs(fwd.p[0] - exact) <= Z_BOUND * se)
@@ -48,7 +61,7 @@ def test_jacobian_estimator_matches_the_exact_jacobian_within_standard_error() -
     x, k = [0.3, -0.2, 1.1], 2
     z = scaled_scores(np.asarray(x), k, tau=1.0)
     jac, se = perturbed_jacobian_with_stderr(z, k, samples=20_000, seed=2)
-    exact = np.array([[float(v) for v in row] for row in ref.perturbed_jacobian(x, k, 1.0, dps=15)])
+    exact = np.array(_exact_jacobian(x, k))
     assert np.all(np.abs(jac[0] - exact) <= Z_BOUND * se[0] + 1e-12)
     np.testing.assert_allclose(jac[0].sum(axis=0), 0, atol=1e-12)  # sum p = k in every sample
     np.testing.assert_allclose(jac[0].sum(axis=1), 0, atol=1e-12)  # centred noise: shift invariance

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import reference_wider as ref
+from golden_store import golden
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 from strategies import score_vectors
@@ -79,16 +80,22 @@ def test_thre_clip_at_k1_is_sparsemax() -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
 
 
+@golden("test_projection.regularised_argmax")  # stored: tests/golden/references.json.gz
+def _regularised_argmax(z: list[float], k: int, q: float) -> tuple[float, ...]:
+    """``reference_wider.regularised_argmax`` (log-barrier interior point, 20 digits), rounded."""
+    return tuple(float(v) for v in ref.regularised_argmax(z, k, q, dps=20))
+
+
 @pytest.mark.parametrize(("z", "k"), [([0.0, -0.5, -1.4, -0.2], 2), ([0.0, -0.9, -0.3], 1)])
 def test_thre_cube_solves_the_regularised_problem(z: list[float], k: int) -> None:
     """The closed form equals a direct solution of max <p, z> - (3/4) sum p^(4/3) over D(n, k)."""
-    direct = np.array([float(v) for v in ref.regularised_argmax(z, k, 4 / 3, dps=20)])
+    direct = np.array(_regularised_argmax(z, k, 4 / 3))
     np.testing.assert_allclose(thre_cube_forward(np.array([z]), k).p[0], direct, rtol=0, atol=1e-12)
 
 
 def test_thre_clip_solves_the_regularised_problem() -> None:
     z = [0.0, -0.5, -1.4, -0.2]
-    direct = np.array([float(v) for v in ref.regularised_argmax(z, 2, 2.0, dps=20)])
+    direct = np.array(_regularised_argmax(z, 2, 2.0))
     np.testing.assert_allclose(thre_clip_forward(np.array([z]), 2).p[0], direct, rtol=0, atol=1e-12)
 
 

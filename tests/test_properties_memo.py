@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import same_bits
 
 from topk_cli.properties.evaluator import Evaluator, _z
 from topk_cli.properties.results import Case
@@ -16,7 +17,7 @@ def _same(a: object, b: object) -> bool:
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b, strict=True))
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+        return same_bits(a, b)
     return type(a) is type(b) and (a == b or (a != a and b != b))  # type: ignore[comparison-overlap]
 
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
+from conftest import run_cli
 
-from topk_cli.cli import app
 from topk_cli.errors import InputError
 from topk_cli.inputs import load_input
 
@@ -28,10 +27,9 @@ def frame() -> pd.DataFrame:
 
 
 def compute(path: Path, *extra: str) -> tuple[int, dict, str]:
-    result = CliRunner().invoke(app, ["compute", "-m", "hard", "-k", "1", "--format", "json", *extra, str(path)])
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    doc = json.loads(result.stdout) if result.exit_code == 0 else {}
-    return result.exit_code, doc, result.stderr
+    result = run_cli("compute", "-m", "hard", "-k", "1", "--format", "json", *extra, str(path))
+    doc = json.loads(result.out) if result.code == 0 else {}
+    return result.code, doc, result.err
 
 
 def notes(stderr: str) -> list[str]:
@@ -261,9 +259,9 @@ def test_corrupted_npy_header_is_one_line(tmp_path: Path) -> None:
 def test_brackets_in_labels_and_file_names_print_as_written(tmp_path: Path) -> None:
     path = tmp_path / "[run 1].csv"
     pd.DataFrame({"label": ["[bold]x", "y[/]"], "score": [1.0, 2.0]}).to_csv(path, index=False)
-    result = CliRunner().invoke(app, ["compute", "-k", "1", str(path)])
-    assert result.exit_code == 0, result.stderr
-    assert "[bold]x" in result.stdout and "y[/]" in result.stdout and "[run 1].csv" in result.stdout
+    result = run_cli("compute", "-k", "1", str(path))
+    assert result.code == 0, result.err
+    assert "[bold]x" in result.out and "y[/]" in result.out and "[run 1].csv" in result.out
 
 
 def test_reading_options(tmp_path: Path) -> None:
@@ -284,15 +282,14 @@ def test_several_inputs_are_labelled_by_source(tmp_path: Path) -> None:
     a, b = tmp_path / "a.csv", tmp_path / "b.json"
     _default(a)
     _records(b)
-    runner = CliRunner()
-    one = runner.invoke(app, ["compute", "-k", "2", "--format", "json", str(a)])
-    assert set(json.loads(one.stdout)) >= {"k", "tau", "labels", "results"}  # one file: unchanged shape
-    both = runner.invoke(app, ["compute", "-k", "2", "--format", "json", str(a), str(b)])
-    doc = json.loads(both.stdout)
+    one = run_cli("compute", "-k", "2", "--format", "json", str(a))
+    assert set(json.loads(one.out)) >= {"k", "tau", "labels", "results"}  # one file: unchanged shape
+    both = run_cli("compute", "-k", "2", "--format", "json", str(a), str(b))
+    doc = json.loads(both.out)
     assert [d["source"] for d in doc["inputs"]] == [str(a), str(b)]
     assert doc["inputs"][0]["results"][0]["weights"] == doc["inputs"][1]["results"][0]["weights"]
-    csv_text = runner.invoke(app, ["compute", "-k", "2", "--format", "csv", str(a), str(b)]).stdout
+    csv_text = run_cli("compute", "-k", "2", "--format", "csv", str(a), str(b)).out
     parsed = pd.read_csv(pd.io.common.StringIO(csv_text))
     assert parsed.columns[0] == "source" and set(parsed["source"]) == {str(a), str(b)}
-    table = runner.invoke(app, ["compute", "-k", "2", str(a), str(b)]).stdout
+    table = run_cli("compute", "-k", "2", str(a), str(b)).out
     assert f"soft top-k of {a}" in table and f"soft top-k of {b}" in table

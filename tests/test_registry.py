@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
+from conftest import CliResult, run_cli
 
 import topk_cli as st
 import topk_cli.registry as registry
@@ -299,22 +300,18 @@ def test_verify_properties_judges_monte_carlo_within_standard_errors(monkeypatch
 # ---- the CLI derives from the registry -------------------------------------------------------
 
 
-def _cli(*args: str):  # type: ignore[no-untyped-def]
-    from typer.testing import CliRunner
-
-    from topk_cli.cli import app
-
-    return CliRunner().invoke(app, list(args))
+def _cli(*args: str) -> CliResult:
+    return run_cli(*args)
 
 
 def test_cli_accepts_aliases_and_suggests_names() -> None:
     import json
 
-    doc = json.loads(_cli("compute", "-m", "lapsum", "-m", "simple", "-k", "1", "--values", "1,2", "--format", "json").stdout)
+    doc = json.loads(_cli("compute", "-m", "lapsum", "-m", "simple", "-k", "1", "--values", "1,2", "--format", "json").out)
     assert [r["method"] for r in doc["results"]] == ["thre-laplace", "grad"]
     r = _cli("compute", "-m", "thre_sigmoid", "-k", "1", "--values", "1,2")
-    assert r.exit_code == 2 and "did you mean 'thre-sigmoid'?" in r.stderr and "Traceback" not in r.stderr
-    listing = json.loads(_cli("methods", "--format", "json").stdout)
+    assert r.code == 2 and "did you mean 'thre-sigmoid'?" in r.err and "Traceback" not in r.err
+    listing = json.loads(_cli("methods", "--format", "json").out)
     assert listing["aliases"] == dict(ALIASES)
     by_name = {m["name"]: m for m in listing["methods"]}
     assert [a["name"] for a in by_name["thre-laplace"]["aliases"]] == ["lapsum"]
@@ -325,17 +322,17 @@ def test_cli_compute_sum_adds_the_soft_sum_and_the_potential() -> None:
     import json
 
     doc = json.loads(_cli("compute", "-m", "grad", "-m", "iterative", "-k", "2", "--sum", "--values", "3,1,2,0;1,1,1,1",
-                          "--format", "json").stdout)
+                          "--format", "json").out)
     grad, iterative = doc["results"]
     x = np.array([[3, 1, 2, 0], [1, 1, 1, 1]], dtype=float)
     value, potential = st.soft_topk_sum(x, 2, "grad")
     assert grad["topk_sum"] == value.tolist() and grad["potential"] == potential.tolist()
     assert iterative["potential"] is None and len(iterative["topk_sum"]) == 2
-    csv_text = _cli("compute", "-m", "grad", "-k", "2", "--sum", "--values", "3,1,2,0", "--format", "csv").stdout
+    csv_text = _cli("compute", "-m", "grad", "-k", "2", "--sum", "--values", "3,1,2,0", "--format", "csv").out
     assert csv_text.splitlines()[0].endswith(",topk_sum,potential")
-    table = _cli("compute", "-m", "grad", "-k", "2", "--sum", "--values", "3,1,2,0").stdout
+    table = _cli("compute", "-m", "grad", "-k", "2", "--sum", "--values", "3,1,2,0").out
     assert "sum p*x" in table and "potential" in table
-    assert "topk_sum" not in _cli("compute", "-m", "grad", "-k", "2", "--values", "3,1,2", "--format", "json").stdout
+    assert "topk_sum" not in _cli("compute", "-m", "grad", "-k", "2", "--values", "3,1,2", "--format", "json").out
 
 
 def test_cli_parameters_go_to_the_methods_that_take_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -344,15 +341,15 @@ def test_cli_parameters_go_to_the_methods_that_take_them(monkeypatch: pytest.Mon
     import topk_cli.comparison as comparison
 
     r = _cli("compute", "-m", "grad", "-k", "1", "--values", "1,2", "--samples", "10")
-    assert r.exit_code == 2 and "--samples applies to " in r.stderr and "no selected method takes it" in r.stderr
+    assert r.code == 2 and "--samples applies to " in r.err and "no selected method takes it" in r.err
     spec = _toy_spec()
     monkeypatch.setattr(registry, "METHODS", MappingProxyType({**METHODS, spec.name: spec}))
     monkeypatch.setattr(comparison, "METHODS", registry.METHODS)
     monkeypatch.setattr("topk_cli.render.compute.METHODS", registry.METHODS)
     doc = json.loads(_cli("compute", "-m", "toy-clip", "-m", "grad", "-k", "2", "--seed", "3", "--values", "1,2,0.5",
-                          "--format", "json").stdout)
+                          "--format", "json").out)
     toy, grad = doc["results"]
     assert toy["parameters"] == {"power": 1, "seed": 3} and "parameters" not in grad
     assert len(toy["stderr"]) == 1 and "stderr" not in grad
     r = _cli("compute", "-m", "grad", "-k", "2", "--seed", "3", "--values", "1,2,0.5")
-    assert r.exit_code == 2 and "toy-clip" in r.stderr and "no selected method takes it" in r.stderr
+    assert r.code == 2 and "toy-clip" in r.err and "no selected method takes it" in r.err

@@ -13,6 +13,7 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from golden_store import golden
 from mpmath import mp, mpf
 
 import topk_cli as st
@@ -45,6 +46,11 @@ def ref(method: str, x: list[float], k: int, tau: float, *, relative: bool = Tru
 
     ``relative=False`` lowers the precision to what ``iterative``'s ``p`` needs (not its ``q``).
     """
+    return _ref(method, [float(v) for v in x], k, float(tau), relative)
+
+
+@golden("test_sequential.ref")  # stored: tests/golden/references.json.gz
+def _ref(method: str, x: list[float], k: int, tau: float, relative: bool) -> tuple[list, list]:
     z = _z(x, tau)
     idx = [i for i, v in enumerate(z) if v != -math.inf]
     with mp.workdps(_digits_needed(z, k, relative=relative or method == "weighted-softmax")):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 import pytest
+from golden_store import golden
 
 import topk_cli as st
 from topk_cli.api import _prepare
@@ -26,6 +27,7 @@ def _f_mp(method: str, t: mp.mpf) -> mp.mpf:
     return 1 - mp.exp(-t) / 2 if t >= 0 else mp.exp(t) / 2
 
 
+@golden("test_threshold.reference")  # stored: tests/golden/references.json.gz
 def _reference(method: str, x: list[float], k: int, tau: float) -> tuple[list[float], list[float]]:
     """``(p, 1 - p)`` by bisection on lambda at 60 digits; z = (x - max x) / tau computed exactly."""
     with mp.workdps(60):

@@ -10,6 +10,7 @@ import warnings
 import _ws_faithful_reference as old
 import numpy as np
 import pytest
+from conftest import same_bits
 
 from topk_cli.operators._logsigned import _RoundingErrors
 from topk_cli.operators.weighted_softmax import _ws_faithful
@@ -58,9 +59,7 @@ def _cases() -> list[tuple[np.ndarray, int]]:
 CASES = _cases()
 
 
-def _same(new: object, ref: object) -> bool:
-    a, b = np.asarray(new), np.asarray(ref)
-    return a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+_same = same_bits
 
 
 def _quiet(fn, z, k, store):  # type: ignore[no-untyped-def]

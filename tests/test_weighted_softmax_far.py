@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import reference as R
+from golden_store import golden
 
 import topk_cli as st
 from topk_cli.operators import _weighted_softmax_fast as wsf
@@ -15,8 +16,14 @@ GAP = wsf.FAST_MAX_GAP
 
 
 def _ref(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    p, q = R.weighted_softmax_with_complement(x.tolist(), k)
-    return np.array([float(v) for v in p]), np.array([float(v) for v in q])
+    p, q = _ref_values(tuple(float(v) for v in x.tolist()), int(k))
+    return np.array(p), np.array(q)
+
+
+@golden("test_weighted_softmax_far.ref")  # stored: tests/golden/references.json.gz
+def _ref_values(x: tuple[float, ...], k: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    p, q = R.weighted_softmax_with_complement(list(x), k)
+    return tuple(float(v) for v in p), tuple(float(v) for v in q)
 
 
 def _check_certified(z: np.ndarray, k: int, fwd: st.Forward | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import assert_same_bits
 
 import topk_cli as st
 from topk_cli.errors import NumericalFailureError
@@ -24,10 +25,10 @@ def _batch(tau: float, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _same(a: st.operators._base.Forward, b: st.operators._base.Forward) -> None:
     for name in ("p", "q"):
-        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        assert_same_bits(getattr(a, name), getattr(b, name), name)
     assert a.codes().tolist() == b.codes().tolist() and a.messages == b.messages
     for name in ("fast", "error_estimate"):
-        np.testing.assert_array_equal(a.aux[name], b.aux[name])
+        assert_same_bits(a.aux[name], b.aux[name], name)
 
 
 @pytest.mark.parametrize(("tau", "k"), [(1.0, 7), (0.2, 3), (0.05, 10)])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import assert_same_bits
 from numpy.typing import NDArray
 
 import topk_cli as st
@@ -177,12 +178,12 @@ def _fast_rows(z: np.ndarray) -> np.ndarray:
 def _same(new: tuple[Forward, FloatArray], old: tuple[Forward, FloatArray]) -> None:
     (a, g_a), (b, g_b) = new, old
     for name in ("p", "q"):
-        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        assert_same_bits(getattr(a, name), getattr(b, name), name)
     assert set(a.aux) == set(b.aux) == {"fast", "error_estimate"}
     for name in ("fast", "error_estimate"):
-        np.testing.assert_array_equal(a.aux[name], b.aux[name], err_msg=name)
+        assert_same_bits(a.aux[name], b.aux[name], name)
     # every row: on uncertified ones too (the caller discards them, but they are the same operations)
-    np.testing.assert_array_equal(g_a, g_b)
+    assert_same_bits(g_a, g_b, "vjp")
 
 
 def test_the_fused_vjp_keeps_the_bits_of_the_oracle() -> None:
