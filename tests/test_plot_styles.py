@@ -9,7 +9,7 @@ import pytest
 
 import topk_cli as st
 from topk_cli.analysis.sweep import temperature_sweep
-from topk_cli.render.styles import METHOD_STYLES, method_style, method_styles
+from topk_cli.render.styles import method_style, method_styles, registered_styles
 
 pytest.importorskip("matplotlib")
 
@@ -20,7 +20,7 @@ def _hue(color: str) -> float:
 
 
 def test_every_registered_method_has_its_own_colour_and_marker() -> None:
-    assert set(st.METHODS) <= set(METHOD_STYLES)
+    assert set(st.METHODS) <= set(registered_styles())
     styles = [method_style(m) for m in st.METHODS]
     assert len({s.color for s in styles}) == len(styles)
     assert len({(s.color, s.marker) for s in styles}) == len(styles)
@@ -45,7 +45,7 @@ def test_unknown_names_get_deterministic_distinct_styles() -> None:
     names = [f"mine.py:op{i}" for i in range(20)]
     first, again = method_styles(names), method_styles(names)
     assert first == again and method_style("mine.py:op3") == method_style("mine.py:op3")
-    builtin = {(s.color, s.marker) for s in METHOD_STYLES.values()}
+    builtin = {(s.color, s.marker) for s in registered_styles().values()}
     pairs = [(s.color, s.marker) for s in first.values()]
     assert len(set(pairs)) == len(pairs) and not set(pairs) & builtin
 

@@ -36,7 +36,12 @@ PACKAGE = Path(st.__file__).parent
 
 #: String literals that equal a method name but are not about a method: output column names
 #: (the hard top-k column of ``compute`` and ``temperature-sweep``). Each entry: file, string.
-NOT_A_METHOD = {("render/compute.py", "hard"), ("render/sweep.py", "hard")}
+#: Family names that equal a method's name (the registry's ``family``: "iterative", "perturbed")
+#: key the plot looks per family.
+NOT_A_METHOD = {
+    ("render/compute.py", "hard"), ("render/sweep.py", "hard"),
+    ("render/styles.py", "iterative"), ("render/styles.py", "perturbed"),
+}
 
 
 def _docstring_nodes(tree: ast.AST) -> set[int]:

@@ -11,6 +11,7 @@ No matplotlib here: styles are plain strings that matplotlib understands.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,29 +34,43 @@ class PlotStyle:
         return {"color": self.color, "marker": self.marker, "linestyle": self.linestyle}
 
 
-#: The registered methods, grouped by family (hue), each with its own colour and marker.
-METHOD_STYLES: dict[str, PlotStyle] = {
-    # baseline: black
-    "hard": PlotStyle("#000000", "s", ":"),
-    # gradient family (softmax-based): blues
-    "grad": PlotStyle("#1f4e9c", "o"),
-    "grad-recursive": PlotStyle("#5fa8e8", "v", "--"),
-    # iterative family: oranges / browns
-    "iterative": PlotStyle("#d95f02", "D"),
-    "weighted-softmax": PlotStyle("#8c4a12", "^", "--"),
-    # threshold family: greens
-    "thre-exp": PlotStyle("#00441b", "o"),
-    "thre-sigmoid": PlotStyle("#1b7837", "s", "--"),
-    "thre-laplace": PlotStyle("#5aae61", "^", "-."),
-    "thre-clip": PlotStyle("#2ab0a0", "P", ":"),
-    "thre-cube": PlotStyle("#9bc53d", "X", (0, (5, 1, 1, 1))),
-    # optimal transport: purple
-    "ot-sinkhorn": PlotStyle("#6a3d9a", "h"),
-    # perturbed (Monte Carlo): red
-    "perturbed": PlotStyle("#d62728", "*", "--"),
-    # pseudo-smooth: magenta
-    "topk-softmax": PlotStyle("#e7298a", "p", "-."),
+#: Per family (the registry's ``family``), the looks of its members in registry order: one hue
+#: per family (black baseline, blue gradient, orange/brown iterative, green threshold, purple
+#: optimal transport, red Monte Carlo, magenta pseudo-smooth), a shade, marker and line style each.
+FAMILY_STYLES: dict[str, tuple[PlotStyle, ...]] = {
+    "baseline": (PlotStyle("#000000", "s", ":"), PlotStyle("#404040", "D", "--")),
+    "gradient": (PlotStyle("#1f4e9c", "o"), PlotStyle("#5fa8e8", "v", "--"), PlotStyle("#08306b", "<", "-.")),
+    "iterative": (PlotStyle("#d95f02", "D"), PlotStyle("#8c4a12", "^", "--"), PlotStyle("#f5a04a", ">", "-.")),
+    "threshold": (
+        PlotStyle("#00441b", "o"), PlotStyle("#1b7837", "s", "--"), PlotStyle("#5aae61", "^", "-."),
+        PlotStyle("#2ab0a0", "P", ":"), PlotStyle("#9bc53d", "X", (0, (5, 1, 1, 1))),
+        PlotStyle("#006d2c", "v", (0, (3, 1, 1, 1, 1, 1))),
+    ),
+    "optimal-transport": (PlotStyle("#6a3d9a", "h"), PlotStyle("#9e7cc1", "H", "--")),
+    "perturbed": (PlotStyle("#d62728", "*", "--"), PlotStyle("#f08080", "x", "-.")),
+    "pseudo-smooth": (PlotStyle("#e7298a", "p", "-."), PlotStyle("#c51b7d", "h", ":")),
 }
+
+
+@functools.cache
+def registered_styles() -> dict[str, PlotStyle]:
+    """The style of every registered method: its family's looks, taken in registry order.
+
+    Derived from the registry (asked on first use: plots import this module, ``--help`` does not),
+    so a new method gets its family's next look without an edit here.
+    """
+    from topk_cli.registry import METHODS
+
+    out: dict[str, PlotStyle] = {}
+    taken: dict[str, int] = {}
+    for name, spec in METHODS.items():
+        looks = FAMILY_STYLES.get(spec.family, ())
+        i = taken.get(spec.family, 0)
+        taken[spec.family] = i + 1
+        if i < len(looks):
+            out[name] = looks[i]
+    return out
+
 
 #: Styles for names not in the table: hues no family uses, drawn dashed.
 _EXTRA_COLORS = ("#7f7f7f", "#bcbd22", "#17becf", "#a6761d", "#666666", "#b15928", "#fb9a99", "#cab2d6")
@@ -65,13 +80,12 @@ _EXTRA_MARKERS = ("d", "<", ">", "8", "H", "1", "2", "+")
 def method_style(name: str) -> PlotStyle:
     """The style of ``name``: its own for a registered method, else a deterministic extra one.
 
-    >>> method_style("grad").color
-    '#1f4e9c'
     >>> method_style("mine.py:topk") == method_style("mine.py:topk")
     True
     """
-    if name in METHOD_STYLES:
-        return METHOD_STYLES[name]
+    registered = registered_styles()
+    if name in registered:
+        return registered[name]
     return _extra(zlib.crc32(name.encode("utf-8")))
 
 
@@ -87,10 +101,11 @@ def method_styles(names: Iterable[str]) -> dict[str, PlotStyle]:
     Deterministic for a given list of names (registered methods always keep their own style).
     """
     out: dict[str, PlotStyle] = {}
-    used = {(s.color, s.marker) for s in METHOD_STYLES.values()}
+    registered = registered_styles()
+    used = {(s.color, s.marker) for s in registered.values()}
     for name in dict.fromkeys(names):
-        if name in METHOD_STYLES:
-            out[name] = METHOD_STYLES[name]
+        if name in registered:
+            out[name] = registered[name]
             continue
         code = zlib.crc32(name.encode("utf-8"))
         style = _extra(code)

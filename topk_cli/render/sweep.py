@@ -355,7 +355,7 @@ def sweep_figure(result: SweepResult) -> Any:
     draw_err = [m for m in methods if series[m][0] and not _is_constant(series[m][1])]
     draw_grad = [m for m in methods if series[m][0] and not _is_constant(series[m][2])]
     draw_trade = [m for m in methods if m in draw_err or m in draw_grad]
-    panels = [(name, ms) for name, ms in (("trade", draw_trade), ("err", draw_err), ("grad", draw_grad)) if ms]
+    panels = [(name, ms) for name, ms in (("trade", draw_trade), ("err", draw_err), ("jac", draw_grad)) if ms]
     fig = Figure(figsize=(4.3 * max(len(panels), 1) + 2.2, 4.6), layout="constrained")
     if not panels:  # nothing varies with tau: say so instead of drawing empty axes
         fig.text(0.5, 0.5, "no method's measurements change across this tau grid", ha="center", va="center")
@@ -364,7 +364,7 @@ def sweep_figure(result: SweepResult) -> Any:
     def pos(values: Sequence[float], floor: float) -> list[float]:
         return [max(v, floor) for v in values]
 
-    used_floor = {"err": False, "grad": False}
+    used_floor = {"err": False, "jac": False}
     for ax, (name, drawn) in zip(axes, panels, strict=True):
         for m in drawn:
             taus, err, grad = series[m]
@@ -372,7 +372,7 @@ def sweep_figure(result: SweepResult) -> Any:
             if name == "trade":
                 ax.plot(pos(err, err_floor), pos(grad, grad_floor), markersize=4, label=m, **style)
                 used_floor["err"] |= any(v <= err_floor for v in err)
-                used_floor["grad"] |= any(v <= grad_floor for v in grad)
+                used_floor["jac"] |= any(v <= grad_floor for v in grad)
             else:
                 values = err if name == "err" else grad
                 ax.plot(taus, pos(values, err_floor if name == "err" else grad_floor), markersize=4, label=m, **style)
@@ -384,7 +384,7 @@ def sweep_figure(result: SweepResult) -> Any:
             xy = {
                 "trade": (max(e, err_floor), max(g, grad_floor)),
                 "err": (p.tau, max(e, err_floor)),
-                "grad": (p.tau, max(g, grad_floor)),
+                "jac": (p.tau, max(g, grad_floor)),
             }[name]
             ax.plot(*xy, marker="o", markersize=11, markerfacecolor="none", markeredgewidth=1.6,
                     color=styles[hm.method].color, linestyle="none")
@@ -404,7 +404,7 @@ def sweep_figure(result: SweepResult) -> Any:
         floors = []
         if name in ("trade", "err") and used_floor["err"]:
             floors.append(("x" if name == "trade" else "y", err_floor))
-        if name in ("trade", "grad") and used_floor["grad"]:
+        if name in ("trade", "jac") and used_floor["jac"]:
             floors.append(("y", grad_floor))
         for axis, floor in floors:
             line = ax.axvline if axis == "x" else ax.axhline
