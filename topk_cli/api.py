@@ -110,13 +110,41 @@ def _row_index(flat: int, batch_shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, batch_shape)) if batch_shape else ()
 
 
+DBL_MAX = float(np.finfo(np.float64).max)
+
+
 def _raise_below_floor(x2: FloatArray, top: FloatArray, tau_f: float, floor: float, name: str) -> NoReturn:
-    with np.errstate(over="ignore"):  # a spread beyond float64 is reported as inf
-        spread = float(np.max(np.where(np.isfinite(x2), top - x2, 0.0)))
+    finite = np.isfinite(x2)
+    with np.errstate(over="ignore"):  # a spread beyond float64 is inf: reported as such below
+        spread = float(np.max(np.where(finite, top - x2, 0.0)))
+    if not np.isfinite(spread):
+        # halves of finite float64 values never overflow: the spread's true size, and the factor
+        # that brings it within float64 at this tau
+        half = float(np.max(np.where(finite, top / 2 - x2 / 2, 0.0)))
+        with np.errstate(over="ignore"):
+            factor = 2.0 * (half / -floor) / tau_f
+        raise InvalidArgumentError(
+            f"the spread of x overflows float64 (max x - min x = {_twice(half)} > {DBL_MAX:.6g}); "
+            f"rescale the scores: divide x by at least {_round_up(factor)} to use tau={tau_f:g} with method {name!r}"
+        )
     raise InvalidArgumentError(
         f"tau={tau_f:g} is too small for the spread of x ({spread:g}): (x - max x) / tau goes below "
-        f"{floor:g}, the lowest value method {name!r} supports; use tau >= {spread / -floor:.3g}"
+        f"{floor:g}, the lowest value method {name!r} supports; use tau >= {_round_up(spread / -floor)}"
     )
+
+
+def _twice(half: float) -> str:
+    """``2 * half`` printed with 3 significant digits, also where it overflows float64."""
+    exponent = int(np.floor(np.log10(half) + np.log10(2.0)))
+    return f"{half / 10.0**exponent * 2:.3g}e+{exponent}"
+
+
+def _round_up(value: float) -> str:
+    """``value`` with 3 significant digits, rounded up (a bound the caller may use as printed)."""
+    text = f"{value:.3g}"
+    if np.isfinite(value) and float(text) < value:
+        text = f"{float(text) + 10.0 ** (np.floor(np.log10(value)) - 2):.3g}"
+    return text
 
 
 def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[str, object] | None = None) -> _Prepared:
@@ -319,8 +347,8 @@ def jacobian(
         return np.zeros((*prep.shape, n), dtype=prep.out_dtype)
     fwd = _checked_forward(prep)
     with np.errstate(all="ignore"):
-        jac = prep.impl.jacobian(fwd, prep.z, prep.k) / prep.tau
-    return jac.reshape((*prep.shape, n)).astype(prep.out_dtype)
+        jac = _divided_by_tau(prep, prep.impl.jacobian(fwd, prep.z, prep.k), "Jacobian")
+    return jac.reshape((*prep.shape, n))
 
 
 def vjp(
@@ -368,13 +396,51 @@ def _vjp_of(prep: _Prepared, fwd: Forward, v2: FloatArray, v: NDArray[Any]) -> N
 def _finish_vjp(prep: _Prepared, out: FloatArray, v: NDArray[Any]) -> NDArray[Any]:
     """``out`` (with respect to ``z``) divided by ``tau``, in the caller's shape and dtype, and
     never a view of the caller's ``v`` (``x`` never reaches an operator)."""
-    if prep.tau != 1.0:
-        with np.errstate(all="ignore"):
-            out = out / prep.tau
-    out = out.reshape(prep.shape)
-    if out.dtype != prep.out_dtype or np.may_share_memory(out, v):
-        out = out.astype(prep.out_dtype)
+    out = _divided_by_tau(prep, out, "vector-Jacobian product").reshape(prep.shape)
+    if np.may_share_memory(out, v):
+        out = out.copy()
     return out
+
+
+def _divided_by_tau(prep: _Prepared, out: FloatArray, what: str) -> NDArray[Any]:
+    """A derivative ``out`` with respect to ``z`` (``(B, n)`` or ``(B, n, n)``) divided by ``tau``, in
+    the output dtype; raises :class:`NumericalFailureError` naming every row where a result entry is
+    not finite (never an inf or NaN returned as a derivative).
+
+    At small ``tau`` a finite ``d p / d z`` (e.g. at exactly tied entries, where it does not depend on
+    ``tau``) can exceed the largest float64 (or float32) once divided by ``tau``: such a row is refused
+    with code ``"overflow"`` and the smallest ``tau`` at which its derivative is representable."""
+    with np.errstate(all="ignore"):
+        result = out / prep.tau if prep.tau != 1.0 else out
+        if result.dtype != prep.out_dtype:
+            result = result.astype(prep.out_dtype)
+    flat = result.reshape(result.shape[0], -1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        all_finite = bool(np.isfinite(np.sum(flat)))  # as for x: a finite sum proves every entry finite
+    if all_finite:
+        return result
+    bad = np.flatnonzero(~np.isfinite(flat).all(axis=-1))
+    if bad.size == 0:
+        return result
+    limit = float(np.finfo(prep.out_dtype).max)
+    failures = []
+    for b in bad:
+        row = np.asarray(out[b], dtype=np.float64).ravel()
+        if np.isfinite(row).all():
+            largest = float(np.max(np.abs(row)))
+            code = "overflow"
+            detail = (
+                f"the {what} overflows {prep.out_dtype} at tau={prep.tau:g}: its largest entry with respect to "
+                f"z = x / tau is {largest:.3g}, and d / dx = (d / dz) / tau exceeds {limit:.6g}; the smallest "
+                f"tau at which it is representable is {_round_up(largest / limit)}"
+            )
+        else:
+            code = "nan"
+            detail = f"the {what} is not finite at this input (not computable in float64)"
+        failures.append(
+            RowFailure(method=prep.spec.name, row=_row_index(int(b), prep.shape[:-1]), code=code, detail=detail)
+        )
+    raise NumericalFailureError(tuple(failures))
 
 
 def trace_grad_recursive(x: ArrayLike, k: int, *, tau: float = 1.0) -> RecursionTrace:

@@ -1,0 +1,73 @@
+"""Regression tests of the numpy core's numerical contract: what a derivative may return at extreme
+``tau``, what a refusal says, and the costs the operators guard against."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import topk_cli as st
+from topk_cli.registry import METHODS
+
+ALL = list(METHODS)
+
+
+@pytest.mark.parametrize("method", ALL)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_derivatives_at_tiny_tau_with_ties_are_refused_not_infinite(method: str, dtype: type) -> None:
+    # all entries tied: z = 0 at any tau, d p / d z is finite and d p / d x = (d p / d z) / tau
+    x = np.array([[1.0, 1.0, 1.0, 1.0], [0.5, 0.5, 0.5, 0.5]], dtype=dtype)
+    v = np.array([[1.0, 2.0, 3.0, 4.0], [1.0, -1.0, 0.0, 2.0]], dtype=dtype)
+    tau = 1e-310 if dtype == np.float64 else 1e-40
+    checked = 0
+    for fn in (lambda: st.jacobian(x, 2, method, tau=tau), lambda: st.vjp(x, 2, v, method, tau=tau)):
+        try:
+            out = fn()
+        except st.NumericalFailureError as exc:
+            assert [f.row for f in exc.failures] == [(0,), (1,)]
+            for f in exc.failures:
+                assert f.code == "overflow", f
+                found = re.search(r"the smallest tau at which it is representable is (\S+)$", f.detail)
+                assert found, f.detail
+                smallest = float(found.group(1))
+                assert tau < smallest < 1e-300 if dtype == np.float64 else tau < smallest < 1e-36
+            checked += 1
+            continue
+        assert np.isfinite(out).all(), (method, out)  # e.g. hard: the zero derivative
+        assert out.dtype == dtype
+        checked += 1
+    assert checked == 2
+
+
+@pytest.mark.parametrize("method", [m for m in ALL if m != "hard"])
+def test_smallest_usable_tau_of_the_refusal_works(method: str) -> None:
+    x = [2.0, 2.0, 2.0]
+    with pytest.raises(st.NumericalFailureError) as info:
+        st.jacobian(x, 1, method, tau=1e-311)
+    smallest = float(re.search(r"representable is (\S+)$", info.value.failures[0].detail).group(1))
+    jac = st.jacobian(x, 1, method, tau=smallest)
+    assert np.isfinite(jac).all() and np.abs(jac).max() > 1e300
+
+
+def test_compute_jacobian_reports_the_overflow_per_row() -> None:
+    from conftest import run_cli
+
+    code, out, err = run_cli("compute", "-k", "1", "--tau", "1e-310", "-m", "thre-exp", "--jacobian",
+                             "--format", "json", "--values", "3,3,3")
+    assert code == 1, (out, err)
+    assert "overflow" in out + err
+
+
+def test_a_spread_beyond_float64_says_so() -> None:
+    for method in ("grad", "hard", "thre-exp"):
+        with pytest.raises(st.InvalidArgumentError) as info:
+            st.soft_topk([-1e308, 1e308], 1, method)
+        msg = str(info.value)
+        assert msg.startswith("the spread of x overflows float64 (max x - min x = 2e+308 > 1.79769e+308)"), msg
+        assert "tau >= inf" not in msg and "rescale the scores: divide x by at least 1.12 " in msg, msg
+        # the factor it names is enough
+        st.soft_topk(np.array([-1e308, 1e308]) / 1.12, 1, method)
+    with pytest.raises(st.InvalidArgumentError, match=r"divide x by at least 1\.12e\+03 to use tau=0\.001"):
+        st.soft_topk([1e308, -1e308, 0.0], 1, "grad", tau=1e-3)
