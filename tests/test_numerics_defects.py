@@ -71,3 +71,30 @@ def test_a_spread_beyond_float64_says_so() -> None:
         st.soft_topk(np.array([-1e308, 1e308]) / 1.12, 1, method)
     with pytest.raises(st.InvalidArgumentError, match=r"divide x by at least 1\.12e\+03 to use tau=0\.001"):
         st.soft_topk([1e308, -1e308, 0.0], 1, "grad", tau=1e-3)
+
+
+def _ref_jacobian(x: np.ndarray, k: int, tau: float, method: str) -> np.ndarray:
+    import reference as R
+
+    return np.array([[float(v) for v in row] for row in R.jacobian_threshold(x.tolist(), k, tau, method=method)])
+
+
+@pytest.mark.parametrize("outlier", [1e7, 1e9, 3e9])
+def test_thre_exp_is_accurate_far_below_an_outlier(outlier: float) -> None:
+    # x = 1e6 + N(0, 1) determines the bulk's differences to ~1e-10 (1e-9 in z at tau = 0.1), but
+    # z = (x - max x) / tau puts the bulk at -outlier / tau, whose ulp (1.9e-6 at 1e10) used to be an
+    # absolute error of every z_i - lambda: the Jacobian was 4.4e-7 off (relative to its max) at 1e9
+    import reference as R
+
+    rng = np.random.default_rng(0)
+    x = 1e6 + rng.standard_normal(50)
+    x[7] = outlier
+    jac = st.jacobian(x, 25, "thre-exp", tau=0.1)
+    ref = _ref_jacobian(x, 25, 0.1, "thre-exp")
+    assert np.abs(jac - ref).max() <= 1e-14 * np.abs(ref).max()
+    p_ref = np.array([float(v) for v in R.thre_exp(x.tolist(), 25, 0.1)])
+    res = st.evaluate(x, 25, "thre-exp", tau=0.1)
+    np.testing.assert_allclose(res.weights, p_ref, rtol=1e-14, atol=0)
+    assert abs(res.weights.sum() - 25) <= 1e-13
+    v = rng.standard_normal(50)
+    np.testing.assert_allclose(st.vjp(x, 25, v, "thre-exp", tau=0.1), v @ ref, rtol=0, atol=1e-13 * np.abs(v @ ref).max())

@@ -62,6 +62,8 @@ class _Prepared:
     tau: float
     shape: tuple[int, ...]
     out_dtype: np.dtype[Any]
+    x2: FloatArray | None = None  # the input as float64 rows (read only), for z's residual
+    top: FloatArray | None = None  # its row maxima (B, 1)
 
 
 def get_method(method: str) -> MethodSpec:
@@ -196,7 +198,37 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[
         too_low = bool((np.isfinite(x2) & (z < floor)).any())
     if too_low:
         _raise_below_floor(x2, top, tau_f, floor, spec.name)
-    return _Prepared(spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
+    return _Prepared(
+        spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype, x2=x2, top=top
+    )
+
+
+def _z_residual(prep: _Prepared, rows: NDArray[np.intp]) -> FloatArray:
+    """``lo`` on ``rows`` with ``z + lo = (x - max x) / tau`` to about ``u^2`` relative (error-free
+    transformations: TwoSum of ``x - max x``, the exact product ``z tau`` by Veltkamp splitting); 0 on
+    masked entries and wherever a step could overflow (``|z| > 1e290``)."""
+    assert prep.x2 is not None and prep.top is not None
+    x, top, z = prep.x2[rows], prep.top[rows], prep.z[rows]
+    with np.errstate(all="ignore"):
+        s = x - top  # TwoSum: s + e1 = x - top exactly
+        bb = s - x
+        e1 = (x - (s - bb)) + (-top - bb)
+        if prep.tau == 1.0:
+            lo = e1
+        else:
+            tau = prep.tau
+            split = 134217729.0  # 2^27 + 1
+            ph = z * tau
+            zc = split * z
+            zh = zc - (zc - z)
+            zl = z - zh
+            tc = split * tau
+            th = tc - (tc - tau)
+            tl = tau - th
+            pl = ((zh * th - ph) + zh * tl + zl * th) + zl * tl  # z tau = ph + pl exactly
+            lo = ((s - ph) - pl + e1) / tau
+    ok = np.isfinite(x) & np.isfinite(lo) & (np.abs(z) < 1e290)
+    return np.where(ok, lo, 0.0)
 
 
 def scaled_scores(x: ArrayLike, k: int, *, tau: float = 1.0) -> FloatArray:
@@ -215,6 +247,8 @@ def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
     impl = prep.impl
     with np.errstate(all="ignore"):  # failures are detected and reported per row below
         fwd = impl.forward(prep.z, prep.k)
+        if impl.refine is not None and prep.x2 is not None:
+            fwd = impl.refine(fwd, prep.z, prep.k, lambda rows: _z_residual(prep, rows))
     codes = fwd.codes().copy()
     nonfinite = ~np.isfinite(fwd.p).all(axis=-1) & (codes == OK)
     codes[nonfinite] = "nan"
@@ -320,7 +354,7 @@ def _checked_forward(prep: _Prepared, computed: Forward | None = None) -> Forwar
     """
     if computed is not None:
         done = computed
-        prep = replace(prep, impl=replace(prep.impl, forward=lambda z, k: done, elementwise=True))
+        prep = replace(prep, impl=replace(prep.impl, forward=lambda z, k: done, elementwise=True, refine=None))
     fwd, failures = _forward(prep)
     if failures:
         raise NumericalFailureError(failures)
