@@ -98,3 +98,63 @@ def test_thre_exp_is_accurate_far_below_an_outlier(outlier: float) -> None:
     assert abs(res.weights.sum() - 25) <= 1e-13
     v = rng.standard_normal(50)
     np.testing.assert_allclose(st.vjp(x, 25, v, "thre-exp", tau=0.1), v @ ref, rtol=0, atol=1e-13 * np.abs(v @ ref).max())
+
+
+def test_k_and_tau_have_one_wording_everywhere() -> None:
+    from topk_cli.analysis.sweep import temperature_sweep
+    from topk_cli.properties import verify_properties
+
+    k_msg = r"^k must satisfy 1 <= k <= n \(n=5\), got 7$"
+    with pytest.raises(st.InvalidArgumentError, match=k_msg):
+        st.soft_topk([1.0, 2.0, 3.0, 4.0, 5.0], 7)
+    with pytest.raises(st.InvalidArgumentError, match=k_msg):
+        verify_properties(["grad"], properties=["range"], vectors=[[1.0, 2.0, 3.0, 4.0, 5.0]], k=7)
+    with pytest.raises(st.InvalidArgumentError, match=k_msg):
+        temperature_sweep([1.0, 2.0, 3.0, 4.0, 5.0], 7, taus=[1.0])
+    tau_msg = r"^tau must be a finite number > 0, got 0\.0$"
+    with pytest.raises(st.InvalidArgumentError, match=tau_msg):
+        st.soft_topk([1.0, 2.0], 1, tau=0.0)
+    with pytest.raises(st.InvalidArgumentError, match=tau_msg):
+        verify_properties(["grad"], properties=["range"], vectors=[[1.0, 2.0]], tau=0.0)
+    with pytest.raises(st.InvalidArgumentError, match=tau_msg):
+        temperature_sweep([1.0, 2.0], 1, taus=[0.0])
+
+
+def test_one_hard_topk_with_the_bits_of_the_copies_it_replaced() -> None:
+    from topk_cli.operators.hard import hard_topk_weights
+
+    def old(x: np.ndarray, k: int) -> np.ndarray:  # the 1-D copy the properties and the sweep carried
+        kth = -np.partition(-x, k - 1)[k - 1]
+        above = x > kth
+        at = x == kth
+        return np.where(above, 1.0, np.where(at, (k - above.sum()) / at.sum(), 0.0))
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 12))
+        x = rng.integers(-3, 4, size=n).astype(np.float64) * rng.choice([1.0, 1e-300, 1e300])
+        if rng.random() < 0.3:
+            x[rng.random(n) < 0.3] = -np.inf
+        k = int(rng.integers(1, n + 1))
+        if np.isfinite(x).sum() < k:
+            continue
+        np.testing.assert_array_equal(hard_topk_weights(x, k).view(np.int64), old(x, k).view(np.int64))
+        checked += 1
+    assert checked > 150
+
+
+@pytest.mark.parametrize(("method", "limit"), [("iterative", 5e7), ("weighted-softmax", 1e7)])
+def test_sequential_methods_refuse_a_row_that_cannot_end_in_reasonable_time(method: str, limit: float) -> None:
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(st.InvalidArgumentError) as info:
+        st.soft_topk(np.zeros(20_000), 10_000, method)  # O(n k): minutes
+    assert time.perf_counter() - start < 5.0  # refused before any round
+    msg = str(info.value)
+    assert f"n*k = 2e+08 (n=20000, k=10000) exceeds its limit {limit:.3g}" in msg, msg
+    assert f"use k <= {int(limit // 20_000)} at this n" in msg, msg
+    with pytest.raises(st.InvalidArgumentError, match="exceeds its limit"):
+        st.vjp(np.zeros(20_000), 10_000, np.ones(20_000), method)
+    assert "O(n k)" in st.METHODS[method].notes

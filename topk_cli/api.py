@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -75,20 +75,35 @@ def get_method(method: str) -> MethodSpec:
     return lookup(method)
 
 
-def _check_k(k: object) -> int:
+def check_k(k: object, n: int | None = None, *, name: str = "k") -> int:
+    """``k`` as an ``int`` after checking ``1 <= k <= n`` (``n=None``: only ``k >= 1``): the one
+    check of ``k`` in the package (API, CLI, properties, sweeps), with one wording. ``name`` is how
+    the caller spells it (``"-k"`` on the command line). Integral floats are accepted.
+
+    Raises:
+        InvalidArgumentError: ``k must be an integer, got 2.5`` or
+            ``k must satisfy 1 <= k <= n (n=5), got 7``.
+    """
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
         if isinstance(k, (float, np.floating)) and float(k).is_integer():
-            return int(k)
-        raise InvalidArgumentError(f"k must be an integer, got {k!r}")
-    return int(k)
+            k = int(k)
+        else:
+            raise InvalidArgumentError(f"{name} must be an integer, got {k!r}")
+    value = int(cast(Any, k))
+    if value < 1 or (n is not None and value > n):
+        bound = f" <= n (n={n})" if n is not None else " <= n"
+        raise InvalidArgumentError(f"{name} must satisfy 1 <= k{bound}, got {value}")
+    return value
 
 
-def _check_tau(tau: object) -> float:
+def check_tau(tau: object, *, name: str = "tau") -> float:
+    """``tau`` as a ``float`` after checking it is a finite number ``> 0``: the one check of a
+    temperature in the package, with one wording (``tau must be a finite number > 0, got 0.0``)."""
     if isinstance(tau, (bool, np.bool_)) or not isinstance(tau, (int, float, np.integer, np.floating)):
-        raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
+        raise InvalidArgumentError(f"{name} must be a finite number > 0, got {tau!r}")
     value = float(tau)
     if not (np.isfinite(value) and value > 0):
-        raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
+        raise InvalidArgumentError(f"{name} must be a finite number > 0, got {tau!r}")
     return value
 
 
@@ -154,13 +169,18 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[
     impl = spec.bind(params)
     bound = spec.resolve_params(params)
     arr = _as_real_array(x)
-    k_int = _check_k(k)
-    tau_f = _check_tau(tau)
-    out_dtype = np.dtype(np.float32) if arr.dtype == np.float32 else np.dtype(np.float64)
     shape = arr.shape
     n = shape[-1]
-    if not 1 <= k_int <= n:
-        raise InvalidArgumentError(f"k must satisfy 1 <= k <= n (n={n}), got {k_int}")
+    k_int = check_k(k, n)
+    tau_f = check_tau(tau)
+    limit = impl.max_row_work
+    if limit is not None and n * k_int > limit:
+        raise InvalidArgumentError(
+            f"method {spec.name!r} runs k sequential rounds over the row (cost O(n k) per row): n*k = "
+            f"{n * k_int:.3g} (n={n}, k={k_int}) exceeds its limit {limit:.3g}, beyond which one row can take "
+            f"minutes; use k <= {int(limit // n)} at this n, or a method of cost O(n log n) such as thre-exp"
+        )
+    out_dtype = np.dtype(np.float32) if arr.dtype == np.float32 else np.dtype(np.float64)
     x2 = np.asarray(arr, dtype=np.float64).reshape(-1, n)  # read only: z below is a new array
     floor = impl.z_floor
     # A finite sum proves there is no NaN and no +-inf (either would make it NaN or infinite);

@@ -33,9 +33,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
-from topk_cli.api import evaluate, get_method, jacobian
+from topk_cli.api import check_k, check_tau, evaluate, get_method, jacobian
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError
 from topk_cli.operators._base import FloatArray
+from topk_cli.operators.hard import hard_topk_weights
 from topk_cli.registry import METHODS
 
 #: The vector swept when the user gives none (documented in the README).
@@ -142,13 +143,6 @@ def parse_taus(text: str) -> tuple[float, ...]:
         if not (math.isfinite(v) and v > 0):
             raise InvalidArgumentError(f"every tau must be a finite number > 0, got {v} in {text!r}")
     return tuple(float(v) for v in values)
-
-
-def _hard(x: FloatArray, k: int) -> FloatArray:
-    kth = -np.partition(-x, k - 1)[k - 1]
-    above = x > kth
-    at = x == kth
-    return np.where(above, 1.0, np.where(at, (k - above.sum()) / at.sum(), 0.0))
 
 
 def _measure(method: str, x: FloatArray, k: int, tau: float, hard: FloatArray) -> SweepPoint:
@@ -288,12 +282,10 @@ def temperature_sweep(
     if np.isnan(arr).any() or (arr == np.inf).any():
         raise InvalidArgumentError("x must not contain NaN or +inf (use -inf to mask an entry)")
     n_finite = int(np.isfinite(arr).sum())
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_finite:
-        raise InvalidArgumentError(f"k must satisfy 1 <= k <= n (n={n_finite} unmasked), got {k!r}")
+    k = check_k(k, n_finite)
     grid = parse_taus(taus) if isinstance(taus, str) else tuple(float(t) for t in taus)
     for t in grid:
-        if not (math.isfinite(t) and t > 0):
-            raise InvalidArgumentError(f"every tau must be a finite number > 0, got {t}")
+        check_tau(t)
     if match is not None and not (0 < match <= 1):
         raise InvalidArgumentError(f"match must be a top-k mass in (0, 1], got {match}")
     names = tuple(methods) if methods is not None else tuple(METHODS)
@@ -301,7 +293,7 @@ def temperature_sweep(
         get_method(name)
     finite = np.isfinite(arr)
     hard = np.zeros_like(arr)
-    hard[finite] = _hard(arr[finite], int(k))
+    hard[finite] = hard_topk_weights(arr[finite], int(k))
     points: list[SweepPoint] = []
     limits: list[SweepLimit] = []
     matches: list[SweepMatch] = []

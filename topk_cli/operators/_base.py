@@ -88,6 +88,9 @@ class Implementation:
     ``forward_vjp(z, k, v)``, when given, returns what ``forward(z, k)`` and then
     ``vjp(fwd, z, k, v)`` would (same per-row codes and messages) from one shared computation;
     the API uses it for the VJP of a method without parameters.
+    ``max_row_work``: for a method whose cost grows as ``n k`` per row (``k`` sequential rounds over
+    the row), the largest ``n k`` the API runs (a larger one is refused before any work, as it
+    could not end in reasonable time); None: no limit.
     ``refine(fwd, z, k, residual)``, when given, returns ``fwd`` recomputed on the rows where the
     rounding of ``z = (x - max x) / tau`` itself matters (scores far below the row maximum, where
     ``ulp(z)`` exceeds what ``x`` determines), using ``residual(rows)``, the rounding error of ``z``.
@@ -100,6 +103,7 @@ class Implementation:
     z_floor: float = Z_FLOOR
     forward_vjp: ForwardVjpFn | None = None
     refine: RefineFn | None = None
+    max_row_work: float | None = None
 
 
 def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> Forward:
