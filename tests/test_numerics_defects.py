@@ -144,7 +144,7 @@ def test_one_hard_topk_with_the_bits_of_the_copies_it_replaced() -> None:
     assert checked > 150
 
 
-@pytest.mark.parametrize(("method", "limit"), [("iterative", 5e7), ("weighted-softmax", 1e7)])
+@pytest.mark.parametrize(("method", "limit"), [("iterative", 2.5e7), ("weighted-softmax", 1e7)])
 def test_sequential_methods_refuse_a_row_that_cannot_end_in_reasonable_time(method: str, limit: float) -> None:
     import time
 

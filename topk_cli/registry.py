@@ -118,7 +118,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             "C0 for k >= 2: z - min z makes dp jump where the two smallest entries cross. "
             "Tends to hard top-k as tau -> 0 for distinct values, not with ties inside the top k "
             "(x = 2,1,2,0, k = 2: limit 0.833, 0.333, 0.833, 0). "
-            "Cost O(n k) per row (k sequential rounds): n*k above 5e7 per row is refused."
+            "Cost O(n k) per row (k sequential rounds): n*k above 2.5e7 per row is refused."
         ),
         implementation=ITERATIVE,
         probe=ProbeReference(_SEQUENTIAL_REFERENCE, extended_precision(iterative_definition)),
