@@ -227,6 +227,9 @@ DECIMAL_MAX_WORK = 1e5
 
 #: The relative agreement, per entry, of two precisions that certifies :func:`_ws_jacobian_decimal`.
 _DECIMAL_AGREE = decimal.Decimal("1e-20")
+#: The largest ``|z|`` :func:`_ws_jacobian_decimal` takes: ``e^{-z}`` must stay within decimal's exponent
+#: range (``10^-999999999999999999``, i.e. ``|z|`` up to about 2.3e18), products of k of them included.
+_DECIMAL_MAX_Z = 1e16
 #: Below float64's range (an entry that is exactly 0 need only agree to this, as it rounds to 0 anyway).
 _DECIMAL_FLOOR = decimal.Decimal("1e-340")
 
@@ -239,17 +242,21 @@ def _ws_jacobian_decimal(z: FloatArray, k: int) -> FloatArray | None:
     Forward mode through ``p <- p + q e^z / S``, ``q <- q (S - e^z) / S`` with ``S - e_i`` formed as
     ``sum_{j != i} q_j e_j - p_i e_i`` (``q`` is never ``1 - p``), with an unbounded exponent range (so
     ``e^{-1e7}`` is a number, not 0), at ``P`` and ``2P`` digits from ``P = 40 + log10 max|z|``, doubled
-    until every entry agrees to 1e-20 relative (or below 1e-340). None when ``k m^3`` exceeds :data:`DECIMAL_MAX_WORK`
-    or no precision up to 5000 digits agrees."""
+    until every entry agrees to 1e-20 relative (or below 1e-340). None when ``k m^3`` exceeds
+    :data:`DECIMAL_MAX_WORK`, ``|z|`` exceeds 1e16 (beyond decimal's exponent range), or no precision up
+    to 5000 digits agrees."""
     live = np.flatnonzero(np.isfinite(z))
     m = live.size
-    if k * m**3 > DECIMAL_MAX_WORK:
-        return None
     big = float(np.max(np.abs(z[live]), initial=1.0))
+    if k * m**3 > DECIMAL_MAX_WORK or big > _DECIMAL_MAX_Z:
+        return None
     prec = 40 + int(np.ceil(np.log10(max(big, 1.0))))
     while prec <= 5000:
-        low = _ws_decimal_rounds([float(v) for v in z[live]], k, prec)
-        high = _ws_decimal_rounds([float(v) for v in z[live]], k, 2 * prec)
+        try:
+            low = _ws_decimal_rounds([float(v) for v in z[live]], k, prec)
+            high = _ws_decimal_rounds([float(v) for v in z[live]], k, 2 * prec)
+        except ArithmeticError:  # a sum S that underflowed to 0 (decimal's exceptions are ArithmeticErrors)
+            return None
         if all(abs(u - v) <= _DECIMAL_AGREE * max(abs(v), _DECIMAL_FLOOR) for ru, rv in zip(low, high, strict=True)
                for u, v in zip(ru, rv, strict=True)):
             out = np.zeros((z.size, z.size))
