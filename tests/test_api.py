@@ -157,7 +157,7 @@ def test_unmasked_and_masked_batches_are_scaled_alike() -> None:
     # a finite batch whose sum overflows is still finite data
     big = np.array([[1e308, 1e308, 0.0]])
     np.testing.assert_array_equal(st.scaled_scores(big, 1, tau=1e300), [[0.0, 0.0, -1e8]])
-    with _raises(st.InvalidArgumentError, r"^tau=1 is too small for the spread of x \(inf\)"):
+    with _raises(st.InvalidArgumentError, r"^the spread of x overflows float64"):
         st.soft_topk([1e308, -1e308, 0.0], 1, "thre-exp")  # finite sum, (x - max x) overflows
     # the weights are a fresh array, never a view of the complement
     res = st.evaluate(x, 2, "hard")

@@ -263,7 +263,7 @@ BAD_RUNS = [
     (["latin1.csv"], "line 2: not UTF-8 text"),
     (["--values", "1,2", "-k", "3"], "--values: the vectors have n=2 entries, fewer than k=3"),
     (["--values", "1,-inf,3", "-k", "3"], "has only 2 unmasked entries"),
-    (["--values", "1,2", "-k", "0"], "-k must be an integer >= 1, got 0"),
+    (["--values", "1,2", "-k", "0"], "-k must satisfy 1 <= k <= n, got 0"),
     (["--values", "1,2", "--tau", "0"], "--tau must be a finite number > 0, got 0.0"),
     (["--values", "1,2", "--tau", "-1"], "--tau must be a finite number > 0"),
     (["--values", "1,2", "-m", "nope"], "unknown method 'nope'; valid methods: hard, iterative"),

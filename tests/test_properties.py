@@ -198,8 +198,8 @@ def test_verify_properties_report_shape() -> None:
     [
         (dict(vectors=[[1, 2], [3]]), "vectors must be a 1-D or 2-D array of real numbers"),
         (dict(vectors="abc"), "vectors must be a 1-D or 2-D array of real numbers"),
-        (dict(vectors=[[1.0, 2.0]], k="1"), "k must be an integer >= 1"),
-        (dict(vectors=[[1.0, 2.0]], k=1.5), "k must be an integer >= 1"),
+        (dict(vectors=[[1.0, 2.0]], k="1"), "k must be an integer, got '1'"),
+        (dict(vectors=[[1.0, 2.0]], k=1.5), "k must be an integer, got 1.5"),
         (dict(vectors=[[1.0, 2.0]], tau=float("nan")), "tau must be a finite number > 0"),
         (dict(trials=1.5), "trials must be an integer >= 1"),
         (dict(seed=-1), "seed must be an integer >= 0"),

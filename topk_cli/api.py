@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -62,6 +62,8 @@ class _Prepared:
     tau: float
     shape: tuple[int, ...]
     out_dtype: np.dtype[Any]
+    x2: FloatArray | None = None  # the input as float64 rows (read only), for z's residual
+    top: FloatArray | None = None  # its row maxima (B, 1)
 
 
 def get_method(method: str) -> MethodSpec:
@@ -73,20 +75,35 @@ def get_method(method: str) -> MethodSpec:
     return lookup(method)
 
 
-def _check_k(k: object) -> int:
+def check_k(k: object, n: int | None = None, *, name: str = "k") -> int:
+    """``k`` as an ``int`` after checking ``1 <= k <= n`` (``n=None``: only ``k >= 1``): the one
+    check of ``k`` in the package (API, CLI, properties, sweeps), with one wording. ``name`` is how
+    the caller spells it (``"-k"`` on the command line). Integral floats are accepted.
+
+    Raises:
+        InvalidArgumentError: ``k must be an integer, got 2.5`` or
+            ``k must satisfy 1 <= k <= n (n=5), got 7``.
+    """
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
         if isinstance(k, (float, np.floating)) and float(k).is_integer():
-            return int(k)
-        raise InvalidArgumentError(f"k must be an integer, got {k!r}")
-    return int(k)
+            k = int(k)
+        else:
+            raise InvalidArgumentError(f"{name} must be an integer, got {k!r}")
+    value = int(cast(Any, k))
+    if value < 1 or (n is not None and value > n):
+        bound = f" <= n (n={n})" if n is not None else " <= n"
+        raise InvalidArgumentError(f"{name} must satisfy 1 <= k{bound}, got {value}")
+    return value
 
 
-def _check_tau(tau: object) -> float:
+def check_tau(tau: object, *, name: str = "tau") -> float:
+    """``tau`` as a ``float`` after checking it is a finite number ``> 0``: the one check of a
+    temperature in the package, with one wording (``tau must be a finite number > 0, got 0.0``)."""
     if isinstance(tau, (bool, np.bool_)) or not isinstance(tau, (int, float, np.integer, np.floating)):
-        raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
+        raise InvalidArgumentError(f"{name} must be a finite number > 0, got {tau!r}")
     value = float(tau)
     if not (np.isfinite(value) and value > 0):
-        raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
+        raise InvalidArgumentError(f"{name} must be a finite number > 0, got {tau!r}")
     return value
 
 
@@ -110,13 +127,41 @@ def _row_index(flat: int, batch_shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, batch_shape)) if batch_shape else ()
 
 
+DBL_MAX = float(np.finfo(np.float64).max)
+
+
 def _raise_below_floor(x2: FloatArray, top: FloatArray, tau_f: float, floor: float, name: str) -> NoReturn:
-    with np.errstate(over="ignore"):  # a spread beyond float64 is reported as inf
-        spread = float(np.max(np.where(np.isfinite(x2), top - x2, 0.0)))
+    finite = np.isfinite(x2)
+    with np.errstate(over="ignore"):  # a spread beyond float64 is inf: reported as such below
+        spread = float(np.max(np.where(finite, top - x2, 0.0)))
+    if not np.isfinite(spread):
+        # halves of finite float64 values never overflow: the spread's true size, and the factor
+        # that brings it within float64 at this tau
+        half = float(np.max(np.where(finite, top / 2 - x2 / 2, 0.0)))
+        with np.errstate(over="ignore"):
+            factor = 2.0 * (half / -floor) / tau_f
+        raise InvalidArgumentError(
+            f"the spread of x overflows float64 (max x - min x = {_twice(half)} > {DBL_MAX:.6g}); "
+            f"rescale the scores: divide x by at least {_round_up(factor)} to use tau={tau_f:g} with method {name!r}"
+        )
     raise InvalidArgumentError(
         f"tau={tau_f:g} is too small for the spread of x ({spread:g}): (x - max x) / tau goes below "
-        f"{floor:g}, the lowest value method {name!r} supports; use tau >= {spread / -floor:.3g}"
+        f"{floor:g}, the lowest value method {name!r} supports; use tau >= {_round_up(spread / -floor)}"
     )
+
+
+def _twice(half: float) -> str:
+    """``2 * half`` printed with 3 significant digits, also where it overflows float64."""
+    exponent = int(np.floor(np.log10(half) + np.log10(2.0)))
+    return f"{half / 10.0**exponent * 2:.3g}e+{exponent}"
+
+
+def _round_up(value: float) -> str:
+    """``value`` with 3 significant digits, rounded up (a bound the caller may use as printed)."""
+    text = f"{value:.3g}"
+    if np.isfinite(value) and float(text) < value:
+        text = f"{float(text) + 10.0 ** (np.floor(np.log10(value)) - 2):.3g}"
+    return text
 
 
 def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[str, object] | None = None) -> _Prepared:
@@ -124,13 +169,18 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[
     impl = spec.bind(params)
     bound = spec.resolve_params(params)
     arr = _as_real_array(x)
-    k_int = _check_k(k)
-    tau_f = _check_tau(tau)
-    out_dtype = np.dtype(np.float32) if arr.dtype == np.float32 else np.dtype(np.float64)
     shape = arr.shape
     n = shape[-1]
-    if not 1 <= k_int <= n:
-        raise InvalidArgumentError(f"k must satisfy 1 <= k <= n (n={n}), got {k_int}")
+    k_int = check_k(k, n)
+    tau_f = check_tau(tau)
+    limit = impl.max_row_work
+    if limit is not None and n * k_int > limit:
+        raise InvalidArgumentError(
+            f"method {spec.name!r} runs k sequential rounds over the row (cost O(n k) per row): n*k = "
+            f"{n * k_int:.3g} (n={n}, k={k_int}) exceeds its limit {limit:.3g}, beyond which one row can take "
+            f"minutes; use k <= {int(limit // n)} at this n, or a method of cost O(n log n) such as thre-exp"
+        )
+    out_dtype = np.dtype(np.float32) if arr.dtype == np.float32 else np.dtype(np.float64)
     x2 = np.asarray(arr, dtype=np.float64).reshape(-1, n)  # read only: z below is a new array
     floor = impl.z_floor
     # A finite sum proves there is no NaN and no +-inf (either would make it NaN or infinite);
@@ -168,7 +218,37 @@ def _prepare(x: ArrayLike, k: object, method: str, tau: object, params: Mapping[
         too_low = bool((np.isfinite(x2) & (z < floor)).any())
     if too_low:
         _raise_below_floor(x2, top, tau_f, floor, spec.name)
-    return _Prepared(spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype)
+    return _Prepared(
+        spec=spec, impl=impl, params=bound, z=z, k=k_int, tau=tau_f, shape=shape, out_dtype=out_dtype, x2=x2, top=top
+    )
+
+
+def _z_residual(prep: _Prepared, rows: NDArray[np.intp]) -> FloatArray:
+    """``lo`` on ``rows`` with ``z + lo = (x - max x) / tau`` to about ``u^2`` relative (error-free
+    transformations: TwoSum of ``x - max x``, the exact product ``z tau`` by Veltkamp splitting); 0 on
+    masked entries and wherever a step could overflow (``|z| > 1e290``)."""
+    assert prep.x2 is not None and prep.top is not None
+    x, top, z = prep.x2[rows], prep.top[rows], prep.z[rows]
+    with np.errstate(all="ignore"):
+        s = x - top  # TwoSum: s + e1 = x - top exactly
+        bb = s - x
+        e1 = (x - (s - bb)) + (-top - bb)
+        if prep.tau == 1.0:
+            lo = e1
+        else:
+            tau = prep.tau
+            split = 134217729.0  # 2^27 + 1
+            ph = z * tau
+            zc = split * z
+            zh = zc - (zc - z)
+            zl = z - zh
+            tc = split * tau
+            th = tc - (tc - tau)
+            tl = tau - th
+            pl = ((zh * th - ph) + zh * tl + zl * th) + zl * tl  # z tau = ph + pl exactly
+            lo = ((s - ph) - pl + e1) / tau
+    ok = np.isfinite(x) & np.isfinite(lo) & (np.abs(z) < 1e290)
+    return np.where(ok, lo, 0.0)
 
 
 def scaled_scores(x: ArrayLike, k: int, *, tau: float = 1.0) -> FloatArray:
@@ -187,6 +267,8 @@ def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
     impl = prep.impl
     with np.errstate(all="ignore"):  # failures are detected and reported per row below
         fwd = impl.forward(prep.z, prep.k)
+        if impl.refine is not None and prep.x2 is not None:
+            fwd = impl.refine(fwd, prep.z, prep.k, lambda rows: _z_residual(prep, rows))
     codes = fwd.codes().copy()
     nonfinite = ~np.isfinite(fwd.p).all(axis=-1) & (codes == OK)
     codes[nonfinite] = "nan"
@@ -292,7 +374,7 @@ def _checked_forward(prep: _Prepared, computed: Forward | None = None) -> Forwar
     """
     if computed is not None:
         done = computed
-        prep = replace(prep, impl=replace(prep.impl, forward=lambda z, k: done, elementwise=True))
+        prep = replace(prep, impl=replace(prep.impl, forward=lambda z, k: done, elementwise=True, refine=None))
     fwd, failures = _forward(prep)
     if failures:
         raise NumericalFailureError(failures)
@@ -319,8 +401,8 @@ def jacobian(
         return np.zeros((*prep.shape, n), dtype=prep.out_dtype)
     fwd = _checked_forward(prep)
     with np.errstate(all="ignore"):
-        jac = prep.impl.jacobian(fwd, prep.z, prep.k) / prep.tau
-    return jac.reshape((*prep.shape, n)).astype(prep.out_dtype)
+        jac = _divided_by_tau(prep, prep.impl.jacobian(fwd, prep.z, prep.k), "Jacobian")
+    return jac.reshape((*prep.shape, n))
 
 
 def vjp(
@@ -368,13 +450,51 @@ def _vjp_of(prep: _Prepared, fwd: Forward, v2: FloatArray, v: NDArray[Any]) -> N
 def _finish_vjp(prep: _Prepared, out: FloatArray, v: NDArray[Any]) -> NDArray[Any]:
     """``out`` (with respect to ``z``) divided by ``tau``, in the caller's shape and dtype, and
     never a view of the caller's ``v`` (``x`` never reaches an operator)."""
-    if prep.tau != 1.0:
-        with np.errstate(all="ignore"):
-            out = out / prep.tau
-    out = out.reshape(prep.shape)
-    if out.dtype != prep.out_dtype or np.may_share_memory(out, v):
-        out = out.astype(prep.out_dtype)
+    out = _divided_by_tau(prep, out, "vector-Jacobian product").reshape(prep.shape)
+    if np.may_share_memory(out, v):
+        out = out.copy()
     return out
+
+
+def _divided_by_tau(prep: _Prepared, out: FloatArray, what: str) -> NDArray[Any]:
+    """A derivative ``out`` with respect to ``z`` (``(B, n)`` or ``(B, n, n)``) divided by ``tau``, in
+    the output dtype; raises :class:`NumericalFailureError` naming every row where a result entry is
+    not finite (never an inf or NaN returned as a derivative).
+
+    At small ``tau`` a finite ``d p / d z`` (e.g. at exactly tied entries, where it does not depend on
+    ``tau``) can exceed the largest float64 (or float32) once divided by ``tau``: such a row is refused
+    with code ``"overflow"`` and the smallest ``tau`` at which its derivative is representable."""
+    with np.errstate(all="ignore"):
+        result = out / prep.tau if prep.tau != 1.0 else out
+        if result.dtype != prep.out_dtype:
+            result = result.astype(prep.out_dtype)
+    flat = result.reshape(result.shape[0], -1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        all_finite = bool(np.isfinite(np.sum(flat)))  # as for x: a finite sum proves every entry finite
+    if all_finite:
+        return result
+    bad = np.flatnonzero(~np.isfinite(flat).all(axis=-1))
+    if bad.size == 0:
+        return result
+    limit = float(np.finfo(prep.out_dtype).max)
+    failures = []
+    for b in bad:
+        row = np.asarray(out[b], dtype=np.float64).ravel()
+        if np.isfinite(row).all():
+            largest = float(np.max(np.abs(row)))
+            code = "overflow"
+            detail = (
+                f"the {what} overflows {prep.out_dtype} at tau={prep.tau:g}: its largest entry with respect to "
+                f"z = x / tau is {largest:.3g}, and d / dx = (d / dz) / tau exceeds {limit:.6g}; the smallest "
+                f"tau at which it is representable is {_round_up(largest / limit)}"
+            )
+        else:
+            code = "nan"
+            detail = f"the {what} is not finite at this input (not computable in float64)"
+        failures.append(
+            RowFailure(method=prep.spec.name, row=_row_index(int(b), prep.shape[:-1]), code=code, detail=detail)
+        )
+    raise NumericalFailureError(tuple(failures))
 
 
 def trace_grad_recursive(x: ArrayLike, k: int, *, tau: float = 1.0) -> RecursionTrace:

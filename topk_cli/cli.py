@@ -494,10 +494,10 @@ def verify_properties_command(
     Without INPUT or --values: a deterministic adversarial suite (--seed, --trials). Verdicts are
     measured; the registry's claims are only compared (disagreements are marked).
     """
-    import math
 
     import numpy as np
 
+    from topk_cli.api import check_k, check_tau
     from topk_cli.errors import InvalidArgumentError
     from topk_cli.properties import verify_properties
     from topk_cli.render.common import ProgressReporter
@@ -505,10 +505,9 @@ def verify_properties_command(
 
     if trials < 1:
         raise InvalidArgumentError(f"--trials must be >= 1, got {trials}")
-    if not (math.isfinite(tau) and tau > 0):
-        raise InvalidArgumentError(f"--tau must be a finite number > 0, got {tau}")
-    if k is not None and k < 1:
-        raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
+    check_tau(tau, name="--tau")
+    if k is not None:
+        check_k(k, name="-k")
     vectors = None
     if input is not None or values is not None:
         loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header)

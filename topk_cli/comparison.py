@@ -17,7 +17,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness
-from topk_cli.api import evaluate, evaluate_sum, get_method, jacobian, scaled_scores, soft_topk
+from topk_cli.api import (
+    check_k,
+    check_tau,
+    evaluate,
+    evaluate_sum,
+    get_method,
+    jacobian,
+    scaled_scores,
+    soft_topk,
+)
 from topk_cli.errors import InputError, InvalidArgumentError, NumericalFailureError, RowFailure
 from topk_cli.inputs import LoadedInput
 from topk_cli.recursion import RecursionOutlook
@@ -105,10 +114,8 @@ def build_compute_report(
     """
     x = data.values
     rows, n = x.shape
-    if k < 1:
-        raise InvalidArgumentError(f"-k must be an integer >= 1, got {k}")
-    if not (np.isfinite(tau) and tau > 0):
-        raise InvalidArgumentError(f"--tau must be a finite number > 0, got {tau}")
+    check_k(k, name="-k")
+    check_tau(tau, name="--tau")
     if k > n:
         raise InputError(f"{data.source}: the vectors have n={n} entries, fewer than k={k}")
     unmasked = np.isfinite(x).sum(axis=1)

@@ -117,7 +117,8 @@ _SPECS: tuple[MethodSpec, ...] = (
             "Entries can exceed 1 (e.g. k = n); not scale-equivariant because of the (1 - p) * z product. "
             "C0 for k >= 2: z - min z makes dp jump where the two smallest entries cross. "
             "Tends to hard top-k as tau -> 0 for distinct values, not with ties inside the top k "
-            "(x = 2,1,2,0, k = 2: limit 0.833, 0.333, 0.833, 0)."
+            "(x = 2,1,2,0, k = 2: limit 0.833, 0.333, 0.833, 0). "
+            "Cost O(n k) per row (k sequential rounds): n*k above 2.5e7 per row is refused."
         ),
         implementation=ITERATIVE,
         probe=ProbeReference(_SEQUENTIAL_REFERENCE, extended_precision(iterative_definition)),
@@ -137,7 +138,8 @@ _SPECS: tuple[MethodSpec, ...] = (
             "For k = 2 and tau -> 0 it tends to 1.5 on the max and 0.5 on the second entry. "
             "For k >= 3 the weights 1 - p turn negative and sum(w e^z) crosses 0: poles "
             "(x = 0,-9.63,-0.03, k = 3 gives p = 131, -1.1, -127), so it is discontinuous and, near "
-            "a pole, rounding differences between equivalent orderings grow without bound."
+            "a pole, rounding differences between equivalent orderings grow without bound. "
+            "Cost O(n k) per row (k sequential rounds): n*k above 1e7 per row is refused."
         ),
         implementation=WEIGHTED_SOFTMAX,
         probe=ProbeReference(_SEQUENTIAL_REFERENCE, extended_precision(weighted_softmax_definition)),

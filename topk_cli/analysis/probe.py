@@ -44,7 +44,7 @@ from topk_cli.analysis.probe_grid import draw_scores as draw_scores
 from topk_cli.analysis.probe_grid import parse_scales as parse_scales
 from topk_cli.analysis.probe_grid import probe_memory as probe_memory
 from topk_cli.analysis.probe_grid import resolve_k as resolve_k
-from topk_cli.api import evaluate, get_method, scaled_scores
+from topk_cli.api import check_tau, evaluate, get_method, scaled_scores
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray, tie_groups
 from topk_cli.operators.grad_recursive import shared_trace
@@ -446,8 +446,7 @@ def stability_probe(
         raise InvalidArgumentError(f"tolerance must be a finite number > 0, got {tolerance!r}")
     if not (_is_real(offset) and math.isfinite(offset)):
         raise InvalidArgumentError(f"offset must be a finite number, got {offset!r}")
-    if not (_is_real(tau) and math.isfinite(tau) and tau > 0):
-        raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
+    check_tau(tau)
     n_list = tuple(dict.fromkeys(int(n) for n in ns))
     k_specs = tuple(str(k) for k in ks)
     if not k_specs:

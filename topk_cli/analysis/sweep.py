@@ -40,9 +40,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness, uniform_mass
-from topk_cli.api import evaluate, get_method, jacobian
+from topk_cli.api import check_k, check_tau, evaluate, get_method, jacobian
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError
 from topk_cli.operators._base import FloatArray
+from topk_cli.operators.hard import hard_topk_weights
 from topk_cli.registry import METHODS
 
 #: The vector swept when the user gives none (documented in the README).
@@ -173,13 +174,6 @@ def parse_taus(text: str) -> tuple[float, ...]:
         if not (math.isfinite(v) and v > 0):
             raise InvalidArgumentError(f"every tau must be a finite number > 0, got {v} in {text!r}")
     return tuple(float(v) for v in values)
-
-
-def _hard(x: FloatArray, k: int) -> FloatArray:
-    kth = -np.partition(-x, k - 1)[k - 1]
-    above = x > kth
-    at = x == kth
-    return np.where(above, 1.0, np.where(at, (k - above.sum()) / at.sum(), 0.0))
 
 
 def _status(codes: FloatArray | np.ndarray) -> str:
@@ -352,12 +346,10 @@ def temperature_sweep(
     if np.isnan(batch).any() or (batch == np.inf).any():
         raise InvalidArgumentError("x must not contain NaN or +inf (use -inf to mask an entry)")
     n_finite = int(np.isfinite(batch).sum(axis=-1).min())
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_finite:
-        raise InvalidArgumentError(f"k must satisfy 1 <= k <= n (n={n_finite} unmasked), got {k!r}")
+    k = check_k(k, n_finite)
     grid = parse_taus(taus) if isinstance(taus, str) else tuple(float(t) for t in taus)
     for t in grid:
-        if not (math.isfinite(t) and t > 0):
-            raise InvalidArgumentError(f"every tau must be a finite number > 0, got {t}")
+        check_tau(t)
     low = uniform_mass(batch, int(k))
     for option, value in (("match", match), ("hardness", hardness)):
         if value is not None and not (isinstance(value, (int, float)) and low < value < 1.0):
@@ -370,7 +362,7 @@ def temperature_sweep(
     hard = np.zeros_like(batch)
     for row, values in enumerate(batch):
         finite = np.isfinite(values)
-        hard[row, finite] = _hard(values[finite], int(k))
+        hard[row, finite] = hard_topk_weights(values[finite], int(k))
     points: list[SweepPoint] = []
     limits: list[SweepLimit] = []
     matches: list[SweepMatch] = []

@@ -69,6 +69,10 @@ ForwardFn = Callable[[FloatArray, int], Forward]
 JacobianFn = Callable[[Forward, FloatArray, int], FloatArray]
 VjpFn = Callable[[Forward, FloatArray, int, FloatArray], FloatArray]
 ForwardVjpFn = Callable[[FloatArray, int, FloatArray], tuple[Forward, FloatArray]]
+#: ``residual(rows)``: per entry of those rows, the rounding error ``lo`` of ``z`` (``z + lo`` is
+#: ``(x - max x) / tau`` to about ``u^2`` relative; 0 where it cannot be computed exactly).
+ResidualFn = Callable[[NDArray[np.intp]], FloatArray]
+RefineFn = Callable[[Forward, FloatArray, int, ResidualFn], Forward]
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,12 @@ class Implementation:
     ``forward_vjp(z, k, v)``, when given, returns what ``forward(z, k)`` and then
     ``vjp(fwd, z, k, v)`` would (same per-row codes and messages) from one shared computation;
     the API uses it for the VJP of a method without parameters.
+    ``max_row_work``: for a method whose cost grows as ``n k`` per row (``k`` sequential rounds over
+    the row), the largest ``n k`` the API runs (a larger one is refused before any work, as it
+    could not end in reasonable time); None: no limit.
+    ``refine(fwd, z, k, residual)``, when given, returns ``fwd`` recomputed on the rows where the
+    rounding of ``z = (x - max x) / tau`` itself matters (scores far below the row maximum, where
+    ``ulp(z)`` exceeds what ``x`` determines), using ``residual(rows)``, the rounding error of ``z``.
     """
 
     forward: ForwardFn
@@ -92,6 +102,8 @@ class Implementation:
     elementwise: bool = False
     z_floor: float = Z_FLOOR
     forward_vjp: ForwardVjpFn | None = None
+    refine: RefineFn | None = None
+    max_row_work: float | None = None
 
 
 def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> Forward:

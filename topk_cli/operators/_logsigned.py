@@ -383,7 +383,8 @@ def _checked(out: FloatArray, method: str) -> FloatArray:
         detail = (
             "the derivative is not computable in float64 at this input: x / tau spans gaps so large that "
             "the logs of the factors e^{z_i}/S carry rounding errors beyond the tolerance "
-            f"{ILL_CONDITIONED_TOLERANCE:g} (in units of 1/tau); use a larger tau"
+            f"{ILL_CONDITIONED_TOLERANCE:g} (in units of 1/tau), and the row is beyond the exact decimal "
+            "computation (k m^3 > 1e5 with m unmasked entries, or |x / tau| > 1e16); use a larger tau or a shorter row"
             if method == "weighted-softmax" else
             "the derivative overflows float64 at this input (x / tau spans a range beyond float64); use a larger tau"
         )

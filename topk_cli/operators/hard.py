@@ -13,6 +13,18 @@ import numpy as np
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 
 
+def hard_topk_weights(x: FloatArray, k: int) -> FloatArray:
+    """``T_k(x)`` along the last axis of any array (``-inf`` entries get 0; each slice needs at
+    least ``k`` finite entries): the one hard top-k of the package, for every caller that needs the
+    k-hot target (the API's ``hard`` method, properties, sweeps, training probes).
+
+    >>> hard_topk_weights(np.array([3.0, 1.0, 2.0, 2.0]), 2)
+    array([1. , 0. , 0.5, 0.5])
+    """
+    n = x.shape[-1]
+    return hard_topk(np.asarray(x, dtype=np.float64).reshape(-1, n), k).p.reshape(x.shape)
+
+
 def hard_topk(z: FloatArray, k: int) -> Forward:
     """``T_k(z)`` on a ``(B, n)`` batch, ties at the k-th value sharing the remaining mass.
 
@@ -20,7 +32,7 @@ def hard_topk(z: FloatArray, k: int) -> Forward:
     array([[1. , 0. , 0.5, 0.5]])
     """
     n = z.shape[-1]
-    kth = np.partition(z, n - k, axis=-1)[:, n - k : n - k + 1]  # the k-th largest
+    kth = np.partition(z, n - k, axis=-1)[..., n - k : n - k + 1]  # the k-th largest
     above = z > kth
     at = z == kth
     share = (k - above.sum(axis=-1, keepdims=True)) / at.sum(axis=-1, keepdims=True)

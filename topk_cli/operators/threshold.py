@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators._base import FloatArray, Forward, Implementation, ResidualFn
 from topk_cli.operators._logspace import exp_into
 
 # ---------------------------------------------------------------------------------------------
@@ -256,6 +256,51 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
 
 
+#: Rows whose threshold lies this far below the row maximum (in ``z``) are refined by
+#: :func:`thre_exp_refine`: there ``ulp(z)`` (1.4e-14 at 64) starts to exceed float64's resolution of
+#: the differences that decide ``p``.
+REFINE_BELOW = 64.0
+
+
+def thre_exp_refine(fwd: Forward, z: FloatArray, k: int, residual: ResidualFn) -> Forward:
+    """``fwd`` recomputed on the rows whose threshold is at least :data:`REFINE_BELOW` below the row
+    maximum, from the scores relative to the largest unsaturated one, corrected by the rounding error
+    of ``z``.
+
+    ``z = (x - max x) / tau`` is rounded to ``ulp(|z|)``: at ``x = 1e6 + N(0, 1)`` with an outlier
+    at ``1e9`` and ``tau = 0.1`` the bulk sits at ``z = -1e10``, whose ulp ``1.9e-6`` is an absolute
+    error in every ``z_i - lambda`` (thus a relative error of ``d`` and of the Jacobian), while ``x``
+    itself determines those differences to ``1e-9``. Here the unsaturated entries (``p < 1``) are
+    taken relative to the largest of them, ``r``: ``w_i = (z_i - z_r) + (lo_i - lo_r)`` (the first
+    difference is exact near ``r``, ``lo`` restores the digits the rounding of ``z`` dropped), and
+    ``lambda - z_r = log sum_unsat e^{w} - log(k - m)`` (``m`` saturated entries) is recomputed from
+    them. The saturated entries keep ``p = 1``.
+    """
+    lam = fwd.aux["lambda"]
+    p = fwd.p
+    unsat = (p < 1.0) & np.isfinite(z)
+    rows = np.flatnonzero(np.isfinite(lam) & (lam <= -REFINE_BELOW) & unsat.any(axis=1))
+    if rows.size == 0:
+        return fwd
+    zr, un = z[rows], unsat[rows]
+    lo = residual(rows)
+    r = np.argmax(np.where(un, zr, -np.inf), axis=1)
+    w = (zr - _take(zr, r)[:, None]) + (lo - _take(lo, r)[:, None])
+    w = np.where(un, w, -np.inf)
+    m = np.isfinite(zr).sum(axis=1) - un.sum(axis=1)  # saturated entries
+    top = np.max(w, axis=1)
+    with np.errstate(under="ignore", divide="ignore"):
+        delta = top + np.log(np.exp(w - top[:, None]).sum(axis=1)) - np.log(k - m)
+        t = np.minimum(w - delta[:, None], 0.0)
+        pr = np.where(un, np.exp(t), p[rows])
+        qr = np.where(un, np.where(pr > 0.5, -np.expm1(t), 1.0 - pr), fwd.q[rows])
+    dr = np.where(un, pr * (t < 0.0), 0.0)
+    out = Forward(p=p.copy(), q=fwd.q.copy(), aux={"lambda": lam.copy(), "d": fwd.aux["d"].copy()})
+    out.p[rows], out.q[rows], out.aux["d"][rows] = pr, qr, dr
+    out.aux["lambda"][rows] = _take(zr, r) + delta
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # thre-laplace
 
@@ -456,7 +501,8 @@ def threshold_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatAr
 
 
 THRE_EXP = Implementation(
-    forward=thre_exp_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+    forward=thre_exp_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
+    refine=thre_exp_refine,
 )
 THRE_LAPLACE = Implementation(
     forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True

@@ -18,6 +18,7 @@ import numpy as np
 from topk_cli.api import evaluate, get_method
 from topk_cli.errors import RowFailure
 from topk_cli.operators._base import FloatArray
+from topk_cli.operators.hard import hard_topk_weights
 from topk_cli.properties.results import _Measure
 from topk_cli.registry import MONTE_CARLO_STDERRS
 
@@ -122,10 +123,7 @@ def _z(x: FloatArray, tau: float) -> FloatArray:
 
 def _hard(x: FloatArray, k: int) -> FloatArray:
     """``T_k(x)`` with ties at the k-th value sharing the remaining mass."""
-    kth = -np.partition(-x, k - 1)[k - 1]
-    above = x > kth
-    at = x == kth
-    return np.where(above, 1.0, np.where(at, (k - above.sum()) / at.sum(), 0.0))
+    return hard_topk_weights(x, k)
 
 
 def _softmax(z: FloatArray) -> FloatArray:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from topk_cli.analysis.parallel import parallel_map
-from topk_cli.api import get_method
+from topk_cli.api import check_k, check_tau, get_method
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
 from topk_cli.properties.checks import CHECKS
@@ -42,8 +41,8 @@ def _is_real(value: object) -> bool:
 
 
 def _check_k(k: object) -> None:
-    if k is not None and (not _is_int(k) or k < 1):  # type: ignore[operator]
-        raise InvalidArgumentError(f"k must be an integer >= 1 (or None to vary it), got {k!r}")
+    if k is not None:  # None: every k of the suite
+        check_k(k)
 
 
 def default_suite(*, trials: int = 3, seed: int = 0, k: int | None = None) -> tuple[Case, ...]:
@@ -96,8 +95,7 @@ def cases_from_vectors(vectors: ArrayLike, k: int | None = None, *, tau: float =
     [1, 2, 3]
     """
     _check_k(k)
-    if not (_is_real(tau) and math.isfinite(tau) and tau > 0):
-        raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
+    check_tau(tau)
     try:
         arr = np.asarray(vectors, dtype=np.float64)
     except (TypeError, ValueError) as exc:  # ragged rows, text
@@ -112,7 +110,8 @@ def cases_from_vectors(vectors: ArrayLike, k: int | None = None, *, tau: float =
         for kk in _suite_ks(n, k):
             cases.append(Case(tuple(float(v) for v in row), kk, tau, f"row {row_index}"))
     if not cases:
-        raise InvalidArgumentError(f"k must satisfy 1 <= k <= n (n={arr.shape[-1]}), got {k}")
+        check_k(k, arr.shape[-1])  # the only way no case is left: k > n
+        raise AssertionError("unreachable: a row without cases has k > n")
     return tuple(cases)
 
 

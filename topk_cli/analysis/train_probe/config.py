@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from topk_cli.analysis.train_probe.tasks import DEFAULT_TASKS, TASKS, Task
-from topk_cli.api import get_method
+from topk_cli.api import check_tau, get_method
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.registry import METHODS
 
@@ -106,8 +106,7 @@ def validate(config: ProbeConfig) -> None:
                     f"hardness must be a top-k mass in (k/n, 1) = ({low:g}, 1) for task {name}, got {h:g}"
                 )
     for t in config.taus:
-        if not (math.isfinite(t) and t > 0):
-            raise InvalidArgumentError(f"every tau must be a finite number > 0, got {t:g}")
+        check_tau(t, name="--taus: tau")
     checks = {
         "--seeds": (config.seeds, 1), "--steps": (config.steps, 1), "--batch": (config.batch, 1),
         "eval_every": (config.eval_every, 1), "eval_instances": (config.eval_instances, 1),

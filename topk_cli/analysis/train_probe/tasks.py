@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from topk_cli.operators._base import FloatArray
+from topk_cli.operators.hard import hard_topk_weights
 
 Instances = dict[str, np.ndarray]
 
@@ -119,9 +120,7 @@ class SelectTask:
     def instances(self, rng: np.random.Generator, hidden: Instances, count: int) -> Instances:
         f = rng.standard_normal((count, self.n, self.dim))
         s = f @ hidden["w"]
-        top = np.argsort(-s, axis=-1)[:, : self.k]
-        y = np.zeros((count, self.n))
-        np.put_along_axis(y, top, 1.0, axis=-1)
+        y = hard_topk_weights(s, self.k)  # continuous scores: no ties, a 0/1 k-hot target
         return {"f": f, "y": y}
 
     def scores(self, theta: FloatArray, inst: Instances) -> FloatArray:

@@ -24,7 +24,7 @@ from topk_cli.analysis.train_probe.tasks import Instances, Task, standardise, st
 from topk_cli.api import _forward, _prepare, _Prepared, _vjp_of, vjp
 from topk_cli.errors import NumericalFailureError
 from topk_cli.operators._base import OK, FloatArray
-from topk_cli.operators.hard import hard_topk as hard_forward
+from topk_cli.operators.hard import hard_topk_weights
 
 #: A row whose gradient with respect to the scores has a norm below this is *dead*.
 DEAD_ROW = 1e-8
@@ -44,8 +44,7 @@ class Backward:
 
 def hard_topk(s: FloatArray, k: int) -> FloatArray:
     """The hard top-k of the last axis of finite scores (ties at the k-th value share the rest)."""
-    n = s.shape[-1]
-    return hard_forward(s.reshape(-1, n), k).p.reshape(s.shape)
+    return hard_topk_weights(s, k)
 
 
 def backward(
