@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from topk_cli.catalog import INPUT_FORMATS  # input formats: defined without numpy for the CLI's --help
 from topk_cli.errors import InputError
 from topk_cli.inputs.csvfile import load_csv
 from topk_cli.inputs.jsonfile import load_json, load_jsonl
@@ -31,8 +32,6 @@ from topk_cli.inputs.model import IndexNames, LoadedInput, finish, parse_number
 
 __all__ = ["INPUT_FORMATS", "IndexNames", "LoadedInput", "load_input"]
 
-#: Input formats, for ``--input-format`` and suffix detection.
-INPUT_FORMATS = ("csv", "tsv", "json", "jsonl", "npy")
 _SUFFIXES = {"csv": "csv", "tsv": "tsv", "tab": "tsv", "json": "json", "jsonl": "jsonl", "ndjson": "jsonl", "npy": "npy"}
 
 

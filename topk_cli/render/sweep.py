@@ -227,7 +227,7 @@ def render_sweep(result: SweepResult, fmt: OutputFormat, *, color: bool = False)
     return render_sweep_table(result, color=color)
 
 
-def render_plot_png(result: SweepResult) -> bytes:
+def render_plot_png(result: SweepResult, image_format: str = "png") -> bytes:
     """PNG bytes: approximation error against gradient signal (one curve per method, tau as
     the curve parameter), and both against tau.
 
@@ -258,5 +258,5 @@ def render_plot_png(result: SweepResult) -> bytes:
     ax_trade.legend(fontsize=7)
     fig.suptitle(f"softtopk temperature-sweep, k = {result.k}, n = {len(result.x)}")
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
+    fig.savefig(buffer, format=image_format, dpi=120)  # png, svg or pdf (the --plot suffix)
     return buffer.getvalue()

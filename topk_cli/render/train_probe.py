@@ -250,7 +250,7 @@ def _summary_for(result: TrainProbeResult, task: str) -> Sequence[SummaryRow]:
     return [s for s in result.summary if s.task == task]
 
 
-def render_train_probe_png(result: TrainProbeResult) -> bytes:
+def render_train_probe_png(result: TrainProbeResult, image_format: str = "png") -> bytes:
     """PNG bytes: per task, learning curves (mean over seeds, min-max band) and cos(true) against mass.
 
     Raises:
@@ -311,5 +311,5 @@ def render_train_probe_png(result: TrainProbeResult) -> bytes:
             ax_cos.set_axis_off()
             ax_cos.text(0.5, 0.5, "gradient check not run", ha="center", va="center")
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format=image_format, dpi=110)  # png, svg or pdf (the --plot suffix)
     return buffer.getvalue()
