@@ -7,27 +7,48 @@ decorator on every command) and become one line on stderr and exit code 2. Exit 
 
 from __future__ import annotations
 
+import _signal  # signal's C core, loaded with the interpreter: the handler is in place at once
+import os
 import sys
 
-try:  # Ctrl-C while the imports run is still one line and exit 130, as at any later moment
-    import functools
-    import os
-    from collections.abc import Callable, Sequence
-    from enum import Enum
-    from pathlib import Path
-    from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
-    import typer
-    from typer.core import TyperGroup
+def _interrupted_while_loading(signum: int, frame: object) -> None:
+    """Ctrl-C while this module loads (imports, building the options): nothing is open or written
+    yet, so leave at once with the line and exit code of an interrupt at any later moment."""
+    try:
+        os.write(2, b"softtopk: interrupted\n")
+    finally:
+        os._exit(130)
 
-    from topk_cli import __version__
-    from topk_cli.catalog import INPUT_FORMATS, METHOD_NAMES, METHOD_PARAMETERS
-    from topk_cli.errors import InputError, InvalidArgumentError, SoftTopKError, UnknownMethodError
-    from topk_cli.output import check_output_path, output_format, plot_format, write_bytes, write_text
-    from topk_cli.render.common import FIT_WIDTH, OutputFormat, terminal_width
-except KeyboardInterrupt:
-    sys.stderr.write("softtopk: interrupted\n")
-    raise SystemExit(130) from None
+
+def _catch_interrupts_while_loading() -> Any:
+    """Handle SIGINT with :func:`_interrupted_while_loading` until the end of this module, unless
+    the process handles SIGINT its own way (or this is not the main thread); the previous handler."""
+    try:
+        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+            return _signal.signal(_signal.SIGINT, _interrupted_while_loading)
+    except ValueError:  # not the main thread
+        pass
+    return None
+
+
+_HANDLER_BEFORE_LOADING = _catch_interrupts_while_loading()
+
+import functools  # noqa: E402 (after the interrupt handler: the imports take most of the start-up)
+import signal  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from enum import Enum  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar  # noqa: E402
+
+import typer  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+
+from topk_cli import __version__  # noqa: E402
+from topk_cli.catalog import INPUT_FORMATS, METHOD_NAMES, METHOD_PARAMETERS  # noqa: E402
+from topk_cli.errors import InputError, InvalidArgumentError, SoftTopKError, UnknownMethodError  # noqa: E402
+from topk_cli.output import check_output_path, output_format, plot_format, write_bytes, write_text  # noqa: E402
+from topk_cli.render.common import FIT_WIDTH, OutputFormat, terminal_width  # noqa: E402
 
 
 class SoftTopKGroup(TyperGroup):
@@ -914,12 +935,27 @@ def bench_command(
 # COMMANDS-END
 
 
+if _HANDLER_BEFORE_LOADING is not None:  # loaded: Ctrl-C is KeyboardInterrupt again, handled by main
+    _signal.signal(_signal.SIGINT, _HANDLER_BEFORE_LOADING)
+
+
 def main() -> None:
-    """Entry point of the console script (``softtopk`` and ``python -m topk_cli``)."""
-    import signal
+    """Entry point of the console script (``softtopk`` and ``python -m topk_cli``).
 
-    def terminate(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds: temporary files are removed, then exit 143
+    Ctrl-C at any moment, building the command group included, ends in ``softtopk:
+    interrupted`` and exit 130 (the imports of this module are covered at its top).
+    """
+    try:
 
-    signal.signal(signal.SIGTERM, terminate)
-    app(prog_name="softtopk")
+        def terminate(signum: int, frame: object) -> None:
+            raise SystemExit(128 + signum)  # unwinds: temporary files are removed, then exit 143
+
+        signal.signal(signal.SIGTERM, terminate)
+        app(prog_name="softtopk")
+    except KeyboardInterrupt:
+        try:
+            sys.stderr.write("softtopk: interrupted\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        sys.exit(130)
