@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 CONSOLE = "import re, sys\nsys.stderr.write('ready\\n'); sys.stderr.flush()\nfrom topk_cli.cli import main\nsys.exit(main())"
@@ -48,7 +47,7 @@ def test_interrupt_during_start_up_is_one_line_and_exit_130(prelude: str, tmp_pa
         assert child.stderr.readline() == b"ready\n"
         time.sleep(delay)
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=120)
+        _out, err = child.communicate(timeout=120)
         text = err.decode()
         assert "Traceback" not in text and "KeyboardInterrupt" not in text, (delay, text)
         if child.returncode == 130:

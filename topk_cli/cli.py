@@ -348,8 +348,8 @@ def check_common_arguments(kwargs: dict[str, Any]) -> None:
         kwargs["fmt"] = OutputFormat(output_format(given, output))
     check_output_path(output, "-o")
     if plot is not None:
-        plot_format(plot)
         check_output_path(plot, "--plot")
+        plot_format(plot)
         if output is not None and str(output) != "-" and os.path.abspath(output) == os.path.abspath(plot):
             raise InvalidArgumentError(f"-o and --plot name the same file {plot}")
     if "tau" in kwargs and kwargs.get("hardness") is not None and given_on_command_line("tau"):
