@@ -57,6 +57,9 @@ def test_every_parameter_of_every_command_coerces_as_typer_does() -> None:
         for value in RAW:
             got = _outcome(param._runtime_param, value, param, ctx)
             want = _outcome(typer_own, value, param, ctx)
+            if got[0] == "error" and want[0] == "int" and abs(want[1]) >= 2**63:
+                assert "below 2**63" in got[1], got  # numpy's integers are 64-bit: refused up front
+                continue
             if got[0] == want[0] == "error":  # refused alike; the message is the tool's own
                 assert "Input should be" not in got[1] and "Value error" not in got[1], (param.name, value, got)
                 continue

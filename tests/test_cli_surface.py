@@ -259,3 +259,16 @@ def test_a_row_in_a_message_says_it_is_0_based(tmp_path: Path) -> None:
     code, _, err = run_cli("compute", "-k", "2", path)
     assert code == 2
     assert "row 1 (0-based) has only 1 unmasked entries" in err, err
+
+
+def test_an_integer_beyond_64_bits_is_a_usage_error_not_an_internal_error() -> None:
+    code, out, err = run_cli("bench", "-k", "1", "-n", "99999999999999999999", "-m", "hard")
+    assert code == 2 and out == ""
+    _one_line_error(err, "-n must be an integer below 2**63 in size, got '99999999999999999999'")
+
+
+@pytest.mark.parametrize("row", ["-1", "1"])
+def test_sweep_row_without_input_is_refused_not_ignored(row: str) -> None:
+    code, out, err = run_cli("temperature-sweep", "-k", "2", "--row", row)
+    assert code == 2 and out == ""
+    _one_line_error(err, "the default vector has only row 0")

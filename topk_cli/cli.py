@@ -708,6 +708,8 @@ def temperature_sweep_command(
 
     grid = parse_taus(taus)
     if input is None and values is None:
+        if row != 0:
+            raise InvalidArgumentError(f"--row selects a row of INPUT or --values; the default vector has only row 0, got {row}")
         x = list(DEFAULT_SWEEP_VECTOR)
     else:
         data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal), "temperature-sweep")

@@ -28,6 +28,8 @@ from typing import Any, get_args, get_origin
 _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
 
+_INT64 = 2**63
+
 #: What :meth:`_Fast.fast` returns when the value is left to Typer's own (pydantic) coercion.
 _DEFER = object()
 
@@ -140,14 +142,17 @@ def install(params: Iterable[Any]) -> int:
                 out = self.fast(value, param, ctx)
             except Exception:  # Typer's coercion gives the message (and raises the same way)
                 out = _DEFER
-            if out is not _DEFER:
-                return out
-            if not self._adapter:
-                self._adapter.append(build_runtime_param(self.descriptor))
-            try:
-                return self._adapter[0]._coerce_value(value, param=param, ctx=ctx)
-            except BadParameter:
-                raise UsageError(_refusal(param, value, self.annotation), ctx) from None
+            if out is _DEFER:
+                if not self._adapter:
+                    self._adapter.append(build_runtime_param(self.descriptor))
+                try:
+                    out = self._adapter[0]._coerce_value(value, param=param, ctx=ctx)
+                except BadParameter:
+                    raise UsageError(_refusal(param, value, self.annotation), ctx) from None
+            if self.annotation is int and type(out) is int and not -_INT64 <= out < _INT64:
+                # numpy's sizes, seeds and counts are 64-bit: a larger value would fail inside
+                raise UsageError(f"{_option_name(param)} must be an integer below 2**63 in size, got {value!r}", ctx)
+            return out
 
     count = 0
     for param in params:
