@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-CONSOLE = "import re, sys\nsys.stderr.write('ready\\n'); sys.stderr.flush()\nfrom topk_cli.cli import main\nsys.exit(main())"
+#: The console script pip writes for ``softtopk = "topk_cli.cli:main"``, after the marker.
+CONSOLE = (
+    "import re\nimport sys\nsys.argv[0] = '/venv/bin/softtopk'\nsys.stderr.write('ready\\n'); sys.stderr.flush()\n"
+    "from topk_cli.cli import main\n"
+    "if __name__ == '__main__':\n"
+    "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+    "    sys.exit(main())"
+)
 MODULE = (
     "import runpy, sys\nsys.stderr.write('ready\\n'); sys.stderr.flush()\n"
     "runpy.run_module('topk_cli', run_name='__main__', alter_sys=True)"

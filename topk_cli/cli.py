@@ -937,8 +937,19 @@ def bench_command(
 # COMMANDS-END
 
 
-if _HANDLER_BEFORE_LOADING is not None:  # loaded: Ctrl-C is KeyboardInterrupt again, handled by main
-    _signal.signal(_signal.SIGINT, _HANDLER_BEFORE_LOADING)
+
+def _restore_interrupts() -> None:
+    """Ctrl-C is KeyboardInterrupt again (handled by :func:`main` and the command group)."""
+    global _HANDLER_BEFORE_LOADING
+    if _HANDLER_BEFORE_LOADING is not None:
+        _signal.signal(_signal.SIGINT, _HANDLER_BEFORE_LOADING)
+        _HANDLER_BEFORE_LOADING = None
+
+
+# Loaded. The console script still runs a few lines of its own before calling main(), which
+# restores the handler; in any other process (a test, a library import) it is restored now.
+if Path(sys.argv[0] if sys.argv else "").stem != "softtopk":
+    _restore_interrupts()
 
 
 def main() -> None:
@@ -948,6 +959,7 @@ def main() -> None:
     interrupted`` and exit 130 (the imports of this module are covered at its top).
     """
     try:
+        _restore_interrupts()
 
         def terminate(signum: int, frame: object) -> None:
             raise SystemExit(128 + signum)  # unwinds: temporary files are removed, then exit 143
