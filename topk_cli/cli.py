@@ -22,8 +22,9 @@ def _interrupted_while_loading(signum: int, frame: object) -> None:
 
 
 def _catch_interrupts_while_loading() -> Any:
-    """Handle SIGINT with :func:`_interrupted_while_loading` until the end of this module, unless
-    the process handles SIGINT its own way (or this is not the main thread); the previous handler."""
+    """Handle SIGINT with :func:`_interrupted_while_loading` until the end of this module (until
+    :func:`main` in the console script), unless the process handles SIGINT its own way (or this
+    is not the main thread); returns the previous handler."""
     try:
         if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
             return _signal.signal(_signal.SIGINT, _interrupted_while_loading)
