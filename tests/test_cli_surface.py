@@ -211,7 +211,8 @@ def test_the_root_example_does_not_wrap(columns: str) -> None:
     assert lines and all("sample_inputs/scores.csv" in line for line in lines), out
 
 
-def test_no_bad_option_value_gets_pydantic_wording() -> None:
+def test_no_bad_option_value_gets_pydantic_wording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # '-o abc' is a valid output path: written here, not in the checkout
     checked = 0
     for name, command in _commands().items():
         for param in command.params:
