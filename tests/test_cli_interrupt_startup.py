@@ -63,3 +63,30 @@ def test_interrupt_during_start_up_is_one_line_and_exit_130(prelude: str, tmp_pa
         else:  # finished before the signal arrived
             assert child.returncode == 0, (delay, child.returncode, text)
     assert interrupted >= len(DELAYS) // 2, f"only {interrupted} of {len(DELAYS)} runs were interrupted"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
+def test_interrupt_as_the_command_ends_keeps_a_clean_exit(tmp_path: Path) -> None:
+    """Around the end of a run (the result written, Python tearing down), Ctrl-C leaves exit 0 or 130
+    and no traceback, never a process killed by SIGINT."""
+    argv = [sys.executable, "-c", CONSOLE, "compute", "-k", "2", "--values", "3,2,1,4", "-m", "all"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run(argv, capture_output=True, env=env, timeout=300)
+    spans = []
+    for _ in range(2):
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert child.stderr is not None and child.stderr.readline() == b"ready\n"
+        start = time.perf_counter()
+        child.communicate(timeout=120)
+        spans.append(time.perf_counter() - start)
+    span = min(spans)
+    for fraction in (0.9, 0.95, 0.98, 1.0, 1.02, 1.05, 0.97, 0.99, 1.01, 1.03):
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert child.stderr is not None and child.stderr.readline() == b"ready\n"
+        time.sleep(span * fraction)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=120)
+        text = err.decode()
+        assert "Traceback" not in text and "KeyboardInterrupt" not in text, (fraction, text)
+        assert child.returncode in (0, 130), (fraction, child.returncode, text)

@@ -957,7 +957,9 @@ def main() -> None:
     """Entry point of the console script (``softtopk`` and ``python -m topk_cli``).
 
     Ctrl-C at any moment, building the command group included, ends in ``softtopk:
-    interrupted`` and exit 130 (the imports of this module are covered at its top).
+    interrupted`` and exit 130 (the imports of this module are covered at its top). Once the
+    command has finished, Ctrl-C is ignored: the result is written and its exit code stands
+    (otherwise Python's teardown would end killed by SIGINT).
     """
     try:
         _restore_interrupts()
@@ -974,3 +976,8 @@ def main() -> None:
         except (OSError, ValueError):
             pass
         sys.exit(130)
+    finally:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
