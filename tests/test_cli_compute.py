@@ -292,8 +292,8 @@ def test_bad_input_exit_2_one_line(
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--tau", "abc"], "Invalid value for '--tau'"),
-        (["-k", "two"], "Invalid value for '-k'"),
+        (["--tau", "abc"], "--tau must be a number, got 'abc'"),
+        (["-k", "two"], "-k must be an integer, got 'two'"),
         ([], "Missing option '-k'"),
     ],
 )

@@ -1,4 +1,5 @@
-"""The command line's direct argument coercion gives exactly Typer's own results and errors."""
+"""The command line's direct argument coercion gives exactly Typer's own results, and refuses the
+values Typer refuses, in the tool's own words (never pydantic's)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 import typer
 from conftest import run_cli
-from typer._click.exceptions import BadParameter
+from typer._click.exceptions import BadParameter, UsageError
 
 from topk_cli.cli import app
 from topk_cli.cli_params import install_group
@@ -39,7 +40,7 @@ def _installed() -> list[tuple[Any, Any]]:
 def _outcome(runtime: Any, value: Any, param: Any, ctx: Any) -> tuple[str, Any]:
     try:
         out = runtime.coerce(value, param=param, ctx=ctx)
-    except BadParameter as exc:
+    except (BadParameter, UsageError) as exc:
         return "error", exc.format_message()
     except Exception as exc:  # pragma: no cover - shown by the comparison
         return "raised", f"{type(exc).__name__}: {exc}"
@@ -57,6 +58,12 @@ def test_every_parameter_of_every_command_coerces_as_typer_does() -> None:
         for value in RAW:
             got = _outcome(param._runtime_param, value, param, ctx)
             want = _outcome(typer_own, value, param, ctx)
+            if got[0] == "error" and want[0] == "int" and abs(want[1]) >= 2**63:
+                assert "below 2**63" in got[1], got  # numpy's integers are 64-bit: refused up front
+                continue
+            if got[0] == want[0] == "error":  # refused alike; the message is the tool's own
+                assert "Input should be" not in got[1] and "Value error" not in got[1], (param.name, value, got)
+                continue
             same = got == want or (got[0] == want[0] == "float" and got[1] != got[1] and want[1] != want[1])
             assert same, (param.name, value, got, want)
 
@@ -79,9 +86,9 @@ def test_plain_arguments_do_not_import_pydantic(argv: list[str], tmp_path: Path)
     assert out.split() == ["False"]
 
 
-def test_deferred_values_keep_typer_messages() -> None:
+def test_deferred_values_are_refused_in_the_tools_words() -> None:
     r = run_cli("compute", "-k", "2.5", "--values", "3,2,1")
     assert r.code == 2
-    assert "Invalid value for '-k'" in r.err and "integer" in r.err
+    assert r.err == "softtopk: error: -k must be an integer, got '2.5' (see 'softtopk compute --help')\n"
     r = run_cli("compute", "-k", "2.0", "--values", "3,2,1", "--format", "json")
     assert r.code == 0, r.err

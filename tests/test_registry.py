@@ -59,7 +59,8 @@ def test_no_module_outside_the_registry_names_a_method() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel == "registry.py" or rel.startswith("operators/"):
+        # catalog.py: the registry's numpy-free index of names, checked against it when the registry loads
+        if rel in ("registry.py", "catalog.py") or rel.startswith("operators/"):
             continue
         tree = ast.parse(path.read_text())
         docs = _docstring_nodes(tree)

@@ -5,9 +5,9 @@
 array([0., 1., 0.])
 """
 
-from typing import TYPE_CHECKING
-
 from topk_cli._lazy import lazy_getattr
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-up time of the CLI)
 
 if TYPE_CHECKING:
     from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness

@@ -7,20 +7,49 @@ decorator on every command) and become one line on stderr and exit code 2. Exit 
 
 from __future__ import annotations
 
-import functools
+import _signal  # signal's C core, loaded with the interpreter: the handler is in place at once
 import os
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
-import typer
-from typer.core import TyperGroup
 
-from topk_cli import __version__
-from topk_cli.errors import InputError, SoftTopKError, UnknownMethodError
-from topk_cli.output import write_bytes, write_text
-from topk_cli.render.common import FIT_WIDTH, OutputFormat, terminal_width
+def _interrupted_while_loading(signum: int, frame: object) -> None:
+    """Ctrl-C while this module loads (imports, building the options): nothing is open or written
+    yet, so leave at once with the line and exit code of an interrupt at any later moment."""
+    try:
+        os.write(2, b"softtopk: interrupted\n")
+    finally:
+        os._exit(130)
+
+
+def _catch_interrupts_while_loading() -> Any:
+    """Handle SIGINT with :func:`_interrupted_while_loading` until the end of this module (until
+    :func:`main` in the console script), unless the process handles SIGINT its own way (or this
+    is not the main thread); returns the previous handler."""
+    try:
+        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+            return _signal.signal(_signal.SIGINT, _interrupted_while_loading)
+    except ValueError:  # not the main thread
+        pass
+    return None
+
+
+_HANDLER_BEFORE_LOADING = _catch_interrupts_while_loading()
+
+import functools  # noqa: E402 (after the interrupt handler: the imports take most of the start-up)
+import signal  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from enum import Enum  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar  # noqa: E402
+
+import typer  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+
+from topk_cli import __version__  # noqa: E402
+from topk_cli.catalog import INPUT_FORMAT_ALIASES, INPUT_FORMATS, METHOD_NAMES, METHOD_PARAMETERS  # noqa: E402
+from topk_cli.errors import InputError, InvalidArgumentError, SoftTopKError, UnknownMethodError  # noqa: E402
+from topk_cli.output import check_output_path, output_format, plot_format, write_bytes, write_text  # noqa: E402
+from topk_cli.render.common import FIT_WIDTH, OutputFormat, terminal_width  # noqa: E402
 
 
 class SoftTopKGroup(TyperGroup):
@@ -120,7 +149,7 @@ app = typer.Typer(
     name="softtopk",
     help=(
         "Compute, compare and stress-test smooth top-k operators.\n\n"
-        "Example: softtopk compute --method thre-sigmoid -k 2 sample_inputs/scores.csv"
+        "\b\nExample:\n  softtopk compute -m thre-sigmoid -k 2 sample_inputs/scores.csv"
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -129,43 +158,73 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+
+def usage_error(message: str) -> Exception:
+    """A usage error of the command line: ``softtopk: error: MESSAGE (see ...)`` and exit 2."""
+    from typer._click.exceptions import UsageError
+
+    return UsageError(message)
+
+
+def _check_seed(value: Optional[int]) -> Optional[int]:
+    if value is not None and value < 0:
+        raise usage_error(f"--seed must be an integer >= 0, got {value}")
+    return value
+
+
+#: ``--input-format`` choices: the formats the readers support (``topk_cli.catalog``).
+InputFormat = Enum("InputFormat", {name: name for name in (*INPUT_FORMATS, *INPUT_FORMAT_ALIASES)}, type=str)  # type: ignore[misc]
+
 # ---- options shared by every command (same flag, same meaning) ------------------------------
 
 InputArg = Annotated[
     Optional[list[str]],
     typer.Argument(
-        help="Input files (.csv, .tsv, .json, .jsonl, .npy) or '-' for stdin. Omit when using --values.",
-        show_default=False,
+        help=f"Input files ({', '.join('.' + f for f in INPUT_FORMATS)}, each also gzipped as .gz) or '-' for stdin. "
+        "Omit when using --values.",
+        show_default=False, metavar="INPUT",
     ),
 ]
 ValuesOpt = Annotated[
     Optional[str],
-    typer.Option("--values", help="Inline vector instead of INPUT, e.g. --values 3,2,1,4.", show_default=False),
+    typer.Option(
+        "--values", metavar="X,X,...", help="Inline vector instead of INPUT, e.g. --values 3,2,1,4.", show_default=False
+    ),
 ]
 ColumnOpt = Annotated[
-    Optional[str], typer.Option("--column", help="Use this table column as the single vector.", show_default=False)
+    Optional[str],
+    typer.Option("--column", metavar="NAME", help="Use this table column as the single vector.", show_default=False),
 ]
 InputFormatOpt = Annotated[
-    Optional[str],
+    Optional[InputFormat],
     typer.Option(
-        "--input-format", help="Override the format guessed from the suffix: csv, tsv, json, jsonl or npy.",
-        show_default=False,
+        "--input-format", metavar="FORMAT",
+        help=f"Override the format guessed from the suffix: {', '.join(INPUT_FORMATS)} "
+        f"({', '.join(f'{a} = {b}' for a, b in INPUT_FORMAT_ALIASES.items())}).",
+        show_default=False, case_sensitive=False,
     ),
 ]
 IndexColOpt = Annotated[
     Optional[str],
     typer.Option(
-        "--index-col", help="Row-name column, by name or 0-based position as in pandas; 'none': no row names.",
+        "--index-col", metavar="COLUMN",
+        help="Row-name column, by name or 0-based position as in pandas; 'none': no row names.",
         show_default=False,
     ),
 ]
 SepOpt = Annotated[
     Optional[str],
-    typer.Option("--sep", help="CSV separator (default: sniffed among ',', ';' and tab; '\\t' = tab).", show_default=False),
+    typer.Option(
+        "--sep", metavar="SEP", help="CSV separator (default: sniffed among ',', ';' and tab; '\\t' = tab).",
+        show_default=False,
+    ),
 ]
 DecimalOpt = Annotated[
     Optional[str],
-    typer.Option("--decimal", help="Decimal mark of CSV numbers (default '.'; ',' is sniffed in ';' files).", show_default=False),
+    typer.Option(
+        "--decimal", metavar="MARK", help="Decimal mark of CSV numbers (default '.'; ',' is sniffed in ';' files).",
+        show_default=False,
+    ),
 ]
 OrientOpt = Annotated[
     Optional[str],
@@ -182,21 +241,37 @@ HeaderOpt = Annotated[
 ]
 MethodOpt = Annotated[
     Optional[list[str]],
-    typer.Option("-m", "--method", help="Method name (repeatable), or 'all'. See 'softtopk methods'.", show_default=False),
+    typer.Option(
+        "-m", "--method", metavar="METHOD",
+        help=f"Method (repeatable or comma-separated), or 'all': {', '.join(METHOD_NAMES)}. See 'softtopk methods'.",
+        show_default=False,
+    ),
 ]
-KOpt = Annotated[int, typer.Option("-k", help="How many entries to select (1 <= k <= n).", show_default=False)]
-TauOpt = Annotated[float, typer.Option("--tau", help="Temperature > 0: the operator acts on x / tau.")]
-FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="Output format.")]
+KOpt = Annotated[int, typer.Option("-k", metavar="K", help="How many entries to select (1 <= k <= n).", show_default=False)]
+TauOpt = Annotated[float, typer.Option("--tau", metavar="TAU", help="Temperature > 0: the operator acts on x / tau.")]
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--format", help="Output format (default: from the suffix of -o, .csv or .json; else table).", show_default=False
+    ),
+]
 OutputOpt = Annotated[
-    Optional[Path], typer.Option("-o", "--output", help="Write to this file (atomically) instead of stdout.", show_default=False)
+    Optional[Path],
+    typer.Option(
+        "-o", "--output", metavar="PATH", help="Write to this file (atomically) instead of stdout.", show_default=False
+    ),
 ]
 SeedOpt = Annotated[
-    int, typer.Option("--seed", help="Seed of the random generator, >= 0 (results are deterministic).")
+    int,
+    typer.Option(
+        "--seed", metavar="SEED", callback=_check_seed,
+        help="Seed of the random generator, >= 0 (results are deterministic).",
+    ),
 ]
 JobsOpt = Annotated[
     Optional[int],
     typer.Option(
-        "--jobs", "-j",
+        "--jobs", "-j", metavar="N",
         help="Processes the grid is spread over (default: the cores available; 1 runs in-process). "
         "Results are identical for every value.",
         show_default=False,
@@ -206,9 +281,16 @@ StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when a failure
 HardnessOpt = Annotated[
     Optional[float],
     typer.Option(
-        "--hardness",
+        "--hardness", metavar="H",
         help="Instead of --tau: per method, the tau at which the mean top-k mass (share of the weight on the true top-k) is H, in (k/n, 1).",
         show_default=False,
+    ),
+]
+PlotOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--plot", metavar="PATH",
+        help="Also save a plot; .png, .svg or .pdf by the suffix (needs matplotlib).", show_default=False,
     ),
 ]
 
@@ -235,7 +317,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 def boundary(func: F) -> F:
     """Turn library errors (bad input, bad arguments) into one stderr line and exit code 2.
 
-    Also sets the table width: the terminal's when the result goes to a terminal, else natural.
+    Before the command runs, the arguments every command shares are checked together (see
+    :func:`check_common_arguments`); also sets the table width: the terminal's when the result
+    goes to a terminal, else natural.
     """
 
     @functools.wraps(func)
@@ -243,6 +327,7 @@ def boundary(func: F) -> F:
         to_terminal = kwargs.get("output") is None and stdout_is_terminal()
         token = FIT_WIDTH.set(terminal_width() if to_terminal else None)
         try:
+            check_common_arguments(kwargs)
             return func(*args, **kwargs)
         except SoftTopKError as exc:
             typer.echo(f"softtopk: error: {exc}", err=True)
@@ -251,6 +336,90 @@ def boundary(func: F) -> F:
             FIT_WIDTH.reset(token)
 
     return wrapper  # type: ignore[return-value]
+
+
+def given_on_command_line(name: str) -> bool:
+    """Whether the parameter ``name`` of the running command was given (not its default)."""
+    from typer._click.core import ParameterSource
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def check_common_arguments(kwargs: dict[str, Any]) -> None:
+    """Check, before anything is read or computed, what would otherwise fail only at the end.
+
+    - ``--format``: when not given, the suffix of ``-o`` decides (``.csv``, ``.json``; else the
+      table); a contradiction is refused. ``kwargs["fmt"]`` is replaced by the result.
+    - ``-o`` and ``--plot``: each must be writable (:func:`topk_cli.output.check_output_path`),
+      ``--plot`` must end in .png, .svg or .pdf, and the two must differ.
+    - ``--hardness`` with ``--tau``: refused (the hardness sets each method's tau).
+
+    Raises:
+        InvalidArgumentError: any of the above.
+    """
+    output, plot = kwargs.get("output"), kwargs.get("plot")
+    if "fmt" in kwargs:
+        given = kwargs["fmt"].value if given_on_command_line("fmt") else None
+        kwargs["fmt"] = OutputFormat(output_format(given, output))
+    check_output_path(output, "-o")
+    if plot is not None:
+        check_output_path(plot, "--plot")
+        plot_format(plot)
+        if output is not None and str(output) != "-" and os.path.abspath(output) == os.path.abspath(plot):
+            raise InvalidArgumentError(f"-o and --plot name the same file {plot}")
+    if "tau" in kwargs and kwargs.get("hardness") is not None and given_on_command_line("tau"):
+        raise InvalidArgumentError("give --tau or --hardness, not both (--hardness sets each method's tau)")
+
+
+def method_options(*names: str, defaults: dict[str, str] | None = None) -> Callable[[F], F]:
+    """Add to a command one option per method parameter (``--samples``, ``--max-iter``, ...).
+
+    The options are generated from the methods' :class:`~topk_cli.catalog.ParamSpec` (one
+    definition): ``names`` picks the parameters the command passes on (all when empty). The
+    command receives the values given, as given, in ``method_params`` (a dict; a parameter not
+    given is absent) and must validate them against its selected methods with
+    :func:`~topk_cli.registry.check_method_params` before using them.
+    ``defaults`` adds a note on a command's own default to an option's help.
+    """
+    import inspect
+
+    specs: dict[str, list[tuple[str, Any]]] = {}
+    for method, params in METHOD_PARAMETERS.items():
+        for spec in params:
+            if not names or spec.name in names:
+                specs.setdefault(spec.name, []).append((method, spec))
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        extra = []
+        for name, taken in specs.items():
+            spec = taken[0][1]
+            methods = ", ".join(method for method, _ in taken)
+            default = (defaults or {}).get(name) or (
+                _num(spec.default) if len(taken) == 1 else "; ".join(f"{m}: {_num(s.default)}" for m, s in taken)
+            )
+            help_text = f"{spec.help[0].upper()}{spec.help[1:]}: {spec.rule()} ({methods} only; default {default})."
+            option = typer.Option(spec.option, metavar=name.upper().replace("_", "-"), help=help_text, show_default=False)
+            extra.append(inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[spec.kind], option]
+            ))
+        kept = [p for p in signature.parameters.values() if p.name != "method_params"]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in specs}
+            return func(*args, method_params={k: v for k, v in given.items() if v is not None}, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=[*kept, *extra])  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def stdout_is_terminal() -> bool:
@@ -307,7 +476,7 @@ def read_vectors(
     inputs: list[str] | None,
     values: str | None,
     column: str | None = None,
-    input_format: str | None = None,
+    input_format: Enum | str | None = None,
     index_col: str | None = None,
     sep: str | None = None,
     decimal: str | None = None,
@@ -329,8 +498,9 @@ def read_vectors(
 
     if inputs and inputs.count("-") > 1:
         raise InputError("stdin ('-') can be read only once")
+    fmt = input_format.value if isinstance(input_format, Enum) else input_format
     options = {
-        "column": column, "input_format": input_format, "index_col": index_col, "sep": sep, "decimal": decimal,
+        "column": column, "input_format": fmt, "index_col": index_col, "sep": sep, "decimal": decimal,
         "orient": orient,
     }
     loaded = [load_input(None, values=values)] if not inputs else [load_input(path, header=header, **options) for path in inputs]
@@ -374,6 +544,7 @@ def methods(fmt: FormatOpt = OutputFormat.table, output: OutputOpt = None) -> No
     ),
 )
 @boundary
+@method_options()
 def compute(
     k: KOpt,
     input: InputArg = None,
@@ -398,22 +569,10 @@ def compute(
             "gradient is p where the method has one.",
         ),
     ] = False,
-    samples: Annotated[
-        Optional[int], typer.Option("--samples", help="Monte-Carlo samples (methods that take it).", show_default=False)
-    ] = None,
-    seed: Annotated[
-        Optional[int],
-        typer.Option("--seed", help="Seed of the random generator (Monte-Carlo methods; deterministic).", show_default=False),
-    ] = None,
-    max_iter: Annotated[
-        Optional[int], typer.Option("--max-iter", help="Iteration cap (iterative solvers that take it).", show_default=False)
-    ] = None,
-    tol: Annotated[
-        Optional[float], typer.Option("--tol", help="Convergence tolerance (iterative solvers that take it).", show_default=False)
-    ] = None,
     hardness: HardnessOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
+    method_params: Optional[dict[str, Any]] = None,
 ) -> None:
     """Soft top-k weights of every vector in INPUT, one column per method (default thre-laplace).
 
@@ -427,9 +586,10 @@ def compute(
     from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
     loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header)
+    from topk_cli.registry import check_method_params
+
     names = resolve_methods(method, default=[DEFAULT_METHOD])
-    given = {"samples": samples, "seed": seed, "max_iter": max_iter, "tol": tol}
-    params = {name: value for name, value in given.items() if value is not None}
+    params = check_method_params(names, method_params or {})
     reports = [
         build_compute_report(
             d, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params,
@@ -561,9 +721,7 @@ def temperature_sweep_command(
         Optional[float],
         typer.Option("--match", help="Also find, per method, the tau reaching this top-k mass (e.g. 0.9).", show_default=False),
     ] = None,
-    plot: Annotated[
-        Optional[Path], typer.Option("--plot", help="Save a PNG: error vs gradient signal (needs matplotlib).", show_default=False)
-    ] = None,
+    plot: PlotOpt = None,
     hardness: HardnessOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
@@ -581,6 +739,8 @@ def temperature_sweep_command(
 
     grid = parse_taus(taus)
     if input is None and values is None:
+        if row is not None and row != 0:
+            raise InvalidArgumentError(f"--row selects a row of INPUT or --values; the default vector has only row 0, got {row}")
         x = list(DEFAULT_SWEEP_VECTOR)
     else:
         data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header), "temperature-sweep")
@@ -600,7 +760,7 @@ def temperature_sweep_command(
     names = resolve_methods(method, default=["all"])
     with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
         result = temperature_sweep(x, k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
-    png = render_plot_png(result) if plot is not None else None
+    png = render_plot_png(result, plot_format(plot)) if plot is not None else None
     write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:
         write_bytes(png, plot)
@@ -678,6 +838,7 @@ def stability_probe_command(
     ),
 )
 @boundary
+@method_options("samples", defaults={"samples": "32 here, fresh noise every step"})
 def train_probe_command(
     method: MethodOpt = None,
     task: Annotated[
@@ -714,19 +875,15 @@ def train_probe_command(
         str, typer.Option("--grad-check-hardness", help="Top-k masses at which the gradient is checked.")
     ] = "0.6,0.8,0.95",
     target: Annotated[float, typer.Option("--target", help="'Reached' = metric >= target x the oracle's.")] = 0.9,
-    samples: Annotated[
-        int, typer.Option("--samples", help="Samples per call of Monte Carlo methods (fresh noise every step).")
-    ] = 32,
     quick: Annotated[bool, typer.Option("--quick", help="Smoke run: select only, 60 steps, 2 seeds, no gradient check.")] = False,
     seed: SeedOpt = 0,
-    plot: Annotated[
-        Optional[Path], typer.Option("--plot", help="Save a PNG: learning curves and cos(true) against hardness (needs matplotlib).", show_default=False)
-    ] = None,
+    plot: PlotOpt = None,
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit 1 when a selected method fails, is anti-aligned, unreachable or refuses > 1% of rows.")
     ] = False,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
+    method_params: Optional[dict[str, Any]] = None,
 ) -> None:
     """Which operator to train through: train every method at equal hardness on tasks with a known answer.
 
@@ -736,18 +893,22 @@ def train_probe_command(
     """
     from topk_cli.analysis.sweep import parse_taus
     from topk_cli.analysis.train_probe import parse_hardness, probe_config, train_probe
+    from topk_cli.registry import check_method_params
     from topk_cli.render.common import ProgressReporter
     from topk_cli.render.train_probe import render_train_probe, render_train_probe_png
 
+    names = resolve_methods(method, default=["all"])
+    params = check_method_params(names, method_params or {})
     config = probe_config(
-        tasks=task, methods=resolve_methods(method, default=["all"]), hardness=hardness,
+        tasks=task, methods=names, hardness=hardness,
         taus=parse_taus(taus) if taus else (), seeds=seeds, steps=steps, quick=quick, grad_check=grad_check,
         batch=batch, optimizer=optimizer, lr=lr, straight_through=straight_through,
-        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, mc_samples=samples, n=n, k=k, scale=scale,
+        grad_check_hardness=parse_hardness(grad_check_hardness), target=target, seed=seed, n=n, k=k, scale=scale,
+        **({"mc_samples": params["samples"]} if "samples" in params else {}),
     )
     with ProgressReporter("train-probe", enabled=stderr_is_terminal()) as progress:
         result = train_probe(config, progress=progress)
-    png = render_train_probe_png(result) if plot is not None else None
+    png = render_train_probe_png(result, plot_format(plot)) if plot is not None else None
     write_text(render_train_probe(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:
         write_bytes(png, plot)
@@ -851,7 +1012,8 @@ def inspect_command(
 
     if rows < 0:
         raise InvalidArgumentError(f"--rows must be >= 0, got {rows}")
-    data = load_input(input, column=column, input_format=input_format, index_col=index_col, sep=sep,
+    fmt_in = input_format.value if isinstance(input_format, Enum) else input_format
+    data = load_input(input, column=column, input_format=fmt_in, index_col=index_col, sep=sep,
                       decimal=decimal, orient=orient, header=header)
     write_text(render_inspect(data, fmt, rows=rows, color=color_enabled() and output is None), output)
 
@@ -859,12 +1021,46 @@ def inspect_command(
 # COMMANDS-END
 
 
+
+def _restore_interrupts() -> None:
+    """Ctrl-C is KeyboardInterrupt again (handled by :func:`main` and the command group)."""
+    global _HANDLER_BEFORE_LOADING
+    if _HANDLER_BEFORE_LOADING is not None:
+        _signal.signal(_signal.SIGINT, _HANDLER_BEFORE_LOADING)
+        _HANDLER_BEFORE_LOADING = None
+
+
+# Loaded. The console script still runs a few lines of its own before calling main(), which
+# restores the handler; in any other process (a test, a library import) it is restored now.
+if Path(sys.argv[0] if sys.argv else "").stem != "softtopk":
+    _restore_interrupts()
+
+
 def main() -> None:
-    """Entry point of the console script (``softtopk`` and ``python -m topk_cli``)."""
-    import signal
+    """Entry point of the console script (``softtopk`` and ``python -m topk_cli``).
 
-    def terminate(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds: temporary files are removed, then exit 143
+    Ctrl-C at any moment, building the command group included, ends in ``softtopk:
+    interrupted`` and exit 130 (the imports of this module are covered at its top). Once the
+    command has finished, Ctrl-C is ignored: the result is written and its exit code stands
+    (otherwise Python's teardown would end killed by SIGINT).
+    """
+    try:
+        _restore_interrupts()
 
-    signal.signal(signal.SIGTERM, terminate)
-    app(prog_name="softtopk")
+        def terminate(signum: int, frame: object) -> None:
+            raise SystemExit(128 + signum)  # unwinds: temporary files are removed, then exit 143
+
+        signal.signal(signal.SIGTERM, terminate)
+        app(prog_name="softtopk")
+    except KeyboardInterrupt:
+        try:
+            sys.stderr.write("softtopk: interrupted\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        sys.exit(130)
+    finally:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass

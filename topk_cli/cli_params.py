@@ -7,8 +7,12 @@ softtopk's options take are plain: an int, a float, a string, a path, a list of 
 choice. :func:`install` gives each parameter of the command group a coercion that converts
 those values directly, exactly as the pydantic adapter does, and hands every other value (and
 every value it is not sure of, e.g. ``-k 2.0`` or ``--tau 1_000``) to the adapter itself, so
-results and error messages are Typer's own. When Typer's internals are not the expected ones
-(another version), nothing is installed and Typer's coercion runs unchanged.
+results are Typer's own. A value that neither converts is refused in the tool's own words
+(``-k must be an integer, got 'abc'``), never pydantic's. When Typer's internals are not the
+expected ones (another version), nothing is installed and Typer's coercion runs unchanged.
+
+:func:`install_group` also gives every option that takes a value a metavar when it has none
+(its name in capitals, e.g. ``--trials TRIALS``), so help never shows a Python type.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any, get_args, get_origin
 
 _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
+
+_INT64 = 2**63
 
 #: What :meth:`_Fast.fast` returns when the value is left to Typer's own (pydantic) coercion.
 _DEFER = object()
@@ -52,6 +58,27 @@ def _kind(annotation: Any, info: Any) -> str | None:
     return None
 
 
+def _option_name(param: Any) -> str:
+    opts = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+    return max(opts, key=len) if opts else str(getattr(param, "name", "the value")).upper()
+
+
+def _refusal(param: Any, value: Any, annotation: Any) -> str:
+    """The tool's message for a value the coercion refused (instead of pydantic's wording)."""
+    name = _option_name(param)
+    shown = value if not isinstance(value, (list, tuple)) or len(value) != 1 else value[0]
+    if annotation is int:
+        return f"{name} must be an integer, got {shown!r}"
+    if annotation is float:
+        return f"{name} must be a number, got {shown!r}"
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        choices = ", ".join(str(member.value) for member in annotation)
+        return f"{name} must be one of {choices}, got {shown!r}"
+    if annotation is Path:
+        return f"{name} must be a file path, got {shown!r}"
+    return f"{name}: invalid value {shown!r}"
+
+
 def _str_value(value: Any) -> Any:
     return value if type(value) is str else _DEFER
 
@@ -63,6 +90,7 @@ def install(params: Iterable[Any]) -> int:
     not one of the plain kinds above are left alone.
     """
     try:
+        from typer._click.exceptions import BadParameter, UsageError
         from typer._coercion import RuntimeParam, build_runtime_param
         from typer._param_types import coerce_cli_choice, coerce_cli_path
         from typer.core import _TyperParameter
@@ -107,18 +135,24 @@ def install(params: Iterable[Any]) -> int:
                 if type(value) is str and value and "\0" not in value:
                     value = Path(value)
                 return coerce_cli_path(value, self.parameter_info, path_type=Path, param=param, ctx=ctx)
-            return _DEFER  # pragma: no cover
+            return _DEFER  # "other": Typer's own coercion, with the tool's wording on a refusal
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             try:
                 out = self.fast(value, param, ctx)
             except Exception:  # Typer's coercion gives the message (and raises the same way)
                 out = _DEFER
-            if out is not _DEFER:
-                return out
-            if not self._adapter:
-                self._adapter.append(build_runtime_param(self.descriptor))
-            return self._adapter[0]._coerce_value(value, param=param, ctx=ctx)
+            if out is _DEFER:
+                if not self._adapter:
+                    self._adapter.append(build_runtime_param(self.descriptor))
+                try:
+                    out = self._adapter[0]._coerce_value(value, param=param, ctx=ctx)
+                except BadParameter:
+                    raise UsageError(_refusal(param, value, self.annotation), ctx) from None
+            if self.annotation is int and type(out) is int and not -_INT64 <= out < _INT64:
+                # numpy's sizes, seeds and counts are 64-bit: a larger value would fail inside
+                raise UsageError(f"{_option_name(param)} must be an integer below 2**63 in size, got {value!r}", ctx)
+            return out
 
     count = 0
     for param in params:
@@ -127,9 +161,7 @@ def install(params: Iterable[Any]) -> int:
         desc = getattr(param, "type_descriptor", None)
         if desc is None or desc.file_annotation is not None:
             continue
-        kind = _kind(desc.annotation, desc.parameter_info)
-        if kind is None:
-            continue
+        kind = _kind(desc.annotation, desc.parameter_info) or "other"
         param._runtime_param = _Fast(
             parameter_info=desc.parameter_info, annotation=desc.annotation, descriptor=desc, kind=kind
         )
@@ -143,6 +175,9 @@ def install_group(group: Any) -> None:
     commands = [group, *getattr(group, "commands", {}).values()]
     install(p for command in commands for p in command.params)
     for command in commands:
+        for param in command.params:
+            _give_metavar(param)
+    for command in commands:
         original = command.get_help_option
 
         def get_help_option(ctx: Any, _original: Any = original) -> Any:
@@ -152,3 +187,20 @@ def install_group(group: Any) -> None:
             return option
 
         command.get_help_option = get_help_option
+
+
+def _give_metavar(param: Any) -> None:
+    """A metavar for an option that takes a value and has none (``--trials TRIALS``); an argument
+    with a metavar shows it alone (Typer would append its Python type, ``<list[str]>``)."""
+    if getattr(param, "param_type_name", None) == "argument":
+        if param.metavar is not None:
+            param.display_type_rich = lambda ctx: None
+        return
+    if getattr(param, "param_type_name", None) != "option" or param.metavar is not None:
+        return
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return
+    desc = getattr(param, "type_descriptor", None)
+    if desc is not None and getattr(desc, "is_choice", False):
+        return  # shown as its choices, e.g. <table|csv|json>
+    param.metavar = _option_name(param).lstrip("-").upper()

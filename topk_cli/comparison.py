@@ -122,7 +122,7 @@ def build_compute_report(
     if (unmasked < k).any():
         r = int(np.argmax(unmasked < k))
         raise InputError(
-            f"{data.source}: {row_title(data, r)} has only {unmasked[r]} unmasked entries "
+            f"{data.source}: {row_label(data, r)} has only {unmasked[r]} unmasked entries "
             f"(-inf = masked), fewer than k={k}"
         )
     if with_jacobian and rows * n * n * len(methods) > MAX_JACOBIAN_NUMBERS:
@@ -218,9 +218,23 @@ def _jacobian_rows(
 
 
 def row_title(data: LoadedInput, row: int) -> str:
+    """A row of the batch as a table title: its 0-based index (as in the JSON results) and name."""
     if data.single:
         return "the vector"
     name = data.row_names[row]
     return f"row {row}" + (f" ({name})" if data.row_names_given else "")
+
+
+def row_label(data: LoadedInput, row: int) -> str:
+    """A row of the batch in a message on stderr: ``row 3 (0-based)``, with its name if it has one.
+
+    A "row" is always the 0-based index of a vector in the batch (as in the JSON results and
+    :attr:`~topk_cli.errors.RowFailure.row`); a position in a file is a "line". Said so in
+    messages, where a reader of a file would otherwise count from 1.
+    """
+    if data.single:
+        return "the vector"
+    name = data.row_names[row]
+    return f"row {row} (0-based" + (f", named {name!r})" if data.row_names_given else ")")
 
 

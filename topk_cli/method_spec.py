@@ -9,13 +9,13 @@ spec binds its parameters into an :class:`~topk_cli.operators._base.Implementati
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from functools import partial
 from typing import Any, cast
 
+from topk_cli.catalog import ParamSpec as ParamSpec  # defined without numpy, for the command line
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray, Implementation
 from topk_cli.operators.grad_recursive import RecursionTrace
@@ -75,51 +75,6 @@ class Evaluation(str, Enum):
 
     EXACT = "exact"  # deterministic, to float64 accuracy (or the row is refused)
     MONTE_CARLO = "monte-carlo"  # an estimate; ``Forward.aux["stderr"]`` holds the standard error per weight
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """An extra parameter of a method (e.g. ``samples``, ``seed``, ``max_iter``, ``tol``).
-
-    ``name`` is the Python keyword (``soft_topk(..., max_iter=50)``); :attr:`option` the CLI flag
-    (``--max-iter``). ``kind`` is ``int`` or ``float``; ``minimum``/``maximum`` are inclusive
-    bounds (None: unbounded). The implementation's ``forward``, ``jacobian`` and ``vjp``
-    receive it as a keyword argument (each only if its signature names it).
-    """
-
-    name: str
-    kind: type
-    default: int | float
-    help: str
-    minimum: float | None = None
-    maximum: float | None = None
-
-    @property
-    def option(self) -> str:
-        """The CLI flag: ``--`` and the name with ``-`` for ``_``."""
-        return "--" + self.name.replace("_", "-")
-
-    def validate(self, value: object, method: str) -> int | float:
-        """The value converted to :attr:`kind`, or :class:`InvalidArgumentError` naming the rule."""
-        bounds = f"in [{_num(self.minimum)}, {_num(self.maximum)}]"
-        rule = f"{self.name} of method {method!r} must be {'an integer' if self.kind is int else 'a finite number'} {bounds}"
-        if isinstance(value, bool) or type(value).__name__ == "bool_" or not hasattr(value, "__float__"):
-            raise InvalidArgumentError(f"{rule}, got {value!r}")
-        try:
-            number = float(cast(Any, value))
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"{rule}, got {value!r}") from None
-        if not math.isfinite(number) or (self.kind is int and not number.is_integer()):
-            raise InvalidArgumentError(f"{rule}, got {value!r}")
-        if (self.minimum is not None and number < self.minimum) or (self.maximum is not None and number > self.maximum):
-            raise InvalidArgumentError(f"{rule}, got {value!r}")
-        return int(number) if self.kind is int else number
-
-
-def _num(bound: float | None) -> str:
-    if bound is None:
-        return "..."
-    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 @dataclass(frozen=True)

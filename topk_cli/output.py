@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from topk_cli.errors import InputError
+from topk_cli.errors import InputError, InvalidArgumentError
 
 
 def write_text(text: str | Iterable[str], path: Path | None) -> None:
@@ -91,3 +91,74 @@ def _write_through(target: Path, chunks: Iterable[bytes]) -> None:
                 handle.write(chunk)
     except OSError as exc:
         raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+#: Output formats implied by the suffix of ``-o`` when ``--format`` is not given.
+FORMAT_BY_SUFFIX = {".csv": "csv", ".json": "json", ".txt": "table"}
+
+#: Image formats of ``--plot``, by suffix.
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def output_format(given: str | None, path: Path | None) -> str:
+    """The result's format: ``--format`` if given, else the one the ``-o`` suffix implies.
+
+    ``.csv`` gives csv, ``.json`` json; any other suffix (``.txt``, none) or stdout gives the
+    table. A given format that contradicts a ``.csv`` or ``.json`` suffix is refused.
+
+    Raises:
+        InvalidArgumentError: ``--format json -o out.csv`` and the like.
+
+    >>> output_format(None, Path("out.CSV")), output_format("json", None), output_format(None, Path("out"))
+    ('csv', 'json', 'table')
+    """
+    implied = FORMAT_BY_SUFFIX.get(Path(path).suffix.lower()) if path is not None and str(path) != "-" else None
+    if given is None:
+        return implied or "table"
+    if implied is not None and implied != "table" and given != implied:
+        raise InvalidArgumentError(
+            f"--format {given} contradicts the suffix of -o {path} ({implied}); drop --format or change the suffix"
+        )
+    return given
+
+
+def plot_format(path: Path) -> str:
+    """The image format of ``--plot PATH`` from its suffix: png, svg or pdf.
+
+    Raises:
+        InvalidArgumentError: any other suffix.
+    """
+    fmt = PLOT_FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise InvalidArgumentError(
+            f"--plot {path}: the file name must end in .png, .svg or .pdf (the image format), got {Path(path).suffix or 'no suffix'!r}"
+        )
+    return fmt
+
+
+def check_output_path(path: Path | None, option: str) -> None:
+    """Refuse, before anything is computed, an output path that could not be written.
+
+    ``None`` or ``-`` (stdout) passes. The path must not be a directory; an existing FIFO,
+    device or socket is written through; otherwise its directory must exist, be a directory
+    and be writable (the file is written atomically through a temporary sibling).
+
+    Raises:
+        InvalidArgumentError: the path cannot be written; the message names the option.
+    """
+    if path is None or str(path) == "-":
+        return
+    target = Path(path)
+    if str(path).endswith(os.sep) or target.is_dir():
+        raise InvalidArgumentError(f"{option} {path}: is a directory; give a file name")
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    if target.exists() and not target.is_file():
+        return  # a FIFO, device or socket: written through
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.exists():
+        raise InvalidArgumentError(f"{option} {path}: directory {directory} does not exist")
+    if not directory.is_dir():
+        raise InvalidArgumentError(f"{option} {path}: {directory} is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(f"{option} {path}: directory {directory} is not writable")

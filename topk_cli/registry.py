@@ -21,10 +21,12 @@ Adding a method: write its operator module (an :class:`Implementation`), add one
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
-from topk_cli.errors import UnknownMethodError
+from topk_cli.catalog import METHOD_NAMES, METHOD_PARAMETERS
+from topk_cli.catalog import ParamSpec as ParamSpec  # re-exported: callers look the record types up here
+from topk_cli.errors import InvalidArgumentError, UnknownMethodError
 from topk_cli.method_spec import (
     MONTE_CARLO_STDERRS as MONTE_CARLO_STDERRS,  # re-exported: the registry is where callers look it up
 )
@@ -36,7 +38,6 @@ from topk_cli.method_spec import (
     FailureCode,
     Guarantees,
     MethodSpec,
-    ParamSpec,
     ProbeReference,
     StabilityModel,
 )
@@ -321,8 +322,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         implementation=OT_SINKHORN,
         capabilities=Capabilities(potential=regularised_max(binary_entropy)),
         parameters=(
-            ParamSpec("max_iter", int, DEFAULT_MAX_ITER, "Sinkhorn iteration cap (the authors' default is 200)", minimum=1, maximum=10_000_000),
-            ParamSpec("tol", float, DEFAULT_TOL, "tolerance on the row-marginal error max |m rowmass - 1|", minimum=1e-15, maximum=1.0),
+            *METHOD_PARAMETERS["ot-sinkhorn"],
         ),
         probe=ProbeReference(
             "its converged limit, thre-sigmoid at the same tau, by bisection: max_error is Sinkhorn's distance from the limit",
@@ -357,8 +357,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         implementation=PERTURBED,
         capabilities=Capabilities(evaluation=Evaluation.MONTE_CARLO, probe_default=False, potential=perturbed_potential),
         parameters=(
-            ParamSpec("samples", int, DEFAULT_SAMPLES, "Monte Carlo samples (even: antithetic pairs)", minimum=4, maximum=10_000_000),
-            ParamSpec("seed", int, DEFAULT_SEED, "seed of the Gaussian noise", minimum=0),
+            *METHOD_PARAMETERS["perturbed"],
         ),
         probe=ProbeReference("none: no exact value is computed"),
     ),
@@ -405,6 +404,17 @@ def _check_registry() -> None:
             raise RuntimeError(f"{spec.name}: stable_equivalent {spec.stable_equivalent!r} is not registered")
         if spec.guarantees.smoothness not in SMOOTHNESS_CLASSES:
             raise RuntimeError(f"{spec.name}: unknown smoothness class {spec.guarantees.smoothness!r}")
+    if tuple(names) != METHOD_NAMES:
+        raise RuntimeError(f"topk_cli.catalog.METHOD_NAMES must list the registry's methods in order: {names}")
+    if {s.name: s.parameters for s in _SPECS if s.parameters} != dict(METHOD_PARAMETERS):
+        raise RuntimeError("topk_cli.catalog.METHOD_PARAMETERS must hold exactly the methods' parameters")
+    operator_defaults = {
+        ("ot-sinkhorn", "max_iter"): DEFAULT_MAX_ITER, ("ot-sinkhorn", "tol"): DEFAULT_TOL,
+        ("perturbed", "samples"): DEFAULT_SAMPLES, ("perturbed", "seed"): DEFAULT_SEED,
+    }
+    for (method, name), value in operator_defaults.items():
+        if next(p.default for p in METHODS[method].parameters if p.name == name) != value:
+            raise RuntimeError(f"{method}: the default of {name} differs from the operator's ({value})")
     for default in (DEFAULT_METHOD, BASELINE_METHOD):
         if default not in names:
             raise RuntimeError(f"{default!r} is not registered")
@@ -446,3 +456,33 @@ def lookup(name: object) -> MethodSpec:
         f"unknown method {name!r}; {did_you_mean}valid methods: {', '.join(METHODS)}"
         + (f"; aliases: {aliases}" if aliases else "")
     )
+
+
+def check_method_params(methods: Collection[str], given: Mapping[str, object]) -> dict[str, int | float]:
+    """Validate the method parameters of a command (``--samples`` ...) against its selected methods.
+
+    ``given`` maps parameter names (``samples``) to values. Each must be taken by at least one
+    of ``methods`` (registered names) and be valid for every selected method that takes it
+    (:meth:`ParamSpec.validate`). Every command that passes parameters to methods calls this.
+
+    Raises:
+        InvalidArgumentError: a parameter no selected method takes (the message names the
+            methods that take it), or a value out of its method's range.
+
+    >>> check_method_params(["perturbed"], {"samples": 6})
+    {'samples': 6}
+    """
+    out: dict[str, int | float] = {}
+    for name, value in given.items():
+        takers = [m for m, spec in METHODS.items() if any(p.name == name for p in spec.parameters)]
+        chosen = [m for m in takers if m in methods]
+        if not chosen:
+            option = "--" + name.replace("_", "-")
+            raise InvalidArgumentError(
+                f"{option} applies to {', '.join(takers) if takers else 'no method'}, and no selected method takes it"
+                + (f" (add -m {takers[0]})" if takers else "")
+            )
+        for method in chosen:
+            spec = next(p for p in METHODS[method].parameters if p.name == name)
+            out[name] = spec.validate(value, method)
+    return out

@@ -27,6 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from topk_cli.catalog import (  # input formats: defined without numpy for the CLI's --help
+    INPUT_FORMAT_ALIASES,
+    INPUT_FORMATS,
+)
 from topk_cli.errors import InputError
 from topk_cli.inputs.csvfile import load_csv
 from topk_cli.inputs.jsonfile import ORIENTS, check_orient, load_json, load_jsonl
@@ -34,12 +38,8 @@ from topk_cli.inputs.model import IndexNames, LoadedInput, ReadDecisions, finish
 
 __all__ = ["INPUT_FORMATS", "ORIENTS", "IndexNames", "LoadedInput", "ReadDecisions", "load_input"]
 
-#: Input formats, for ``--input-format`` and suffix detection.
-INPUT_FORMATS = ("csv", "tsv", "json", "jsonl", "npy", "npz")
-_SUFFIXES = {
-    "csv": "csv", "tsv": "tsv", "tab": "tsv", "json": "json", "jsonl": "jsonl", "ndjson": "jsonl", "npy": "npy",
-    "npz": "npz",
-}
+#: Suffixes (and --input-format names) -> format: the formats and their aliases.
+_SUFFIXES = {**{name: name for name in INPUT_FORMATS}, **INPUT_FORMAT_ALIASES}
 _GZIP_MAGIC = b"\x1f\x8b"
 #: Formats that are not read, by suffix: (name, the pandas reader, its to_csv arguments).
 _UNSUPPORTED = {

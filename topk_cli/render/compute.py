@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from rich.table import Table
 from rich.text import Text
 
-from topk_cli.comparison import BOUNDARY_WARNING_DIGITS, ComputeReport, MethodRun, row_title
+from topk_cli.comparison import BOUNDARY_WARNING_DIGITS, ComputeReport, MethodRun, row_label, row_title
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.registry import ALIASES, METHODS
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
@@ -51,7 +51,7 @@ def compute_warnings(report: ComputeReport) -> list[str]:
         if equivalent is not None and f"'{equivalent}'" not in failure.detail:
             hint = f"; use -m {equivalent} (the same operator, computed stably)"
         lines.append(
-            f"{failure.method} failed on {row_title(report.data, row)}: {failure.code}{level}: "
+            f"{failure.method} failed on {row_label(report.data, row)}: {failure.code}{level}: "
             f"{failure.detail}{hint}"
         )
     if len(failures) > MAX_WARNINGS:
@@ -76,7 +76,7 @@ def _boundary_warnings(report: ComputeReport, run: MethodRun) -> list[str]:
             else f"close to its stability boundary (about {outlook.digits_lost[row]:.0f} of 16 digits lost)"
         )
         lines.append(
-            f"{run.method} on {row_title(report.data, int(row))} is {where}; smallest 1 - p = "
+            f"{run.method} on {row_label(report.data, int(row))} is {where}; smallest 1 - p = "
             f"{outlook.min_complement[row]:.1e}{advice}"
         )
     if near.sum() > MAX_WARNINGS:

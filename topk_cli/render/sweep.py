@@ -445,13 +445,13 @@ def sweep_figure(result: SweepResult) -> Any:
     return fig
 
 
-def render_plot_png(result: SweepResult) -> bytes:
-    """PNG bytes of :func:`sweep_figure`.
+def render_plot_png(result: SweepResult, image_format: str = "png") -> bytes:
+    """The bytes of :func:`sweep_figure` as ``image_format`` (png, svg or pdf).
 
     Raises:
         InvalidArgumentError: matplotlib is not installed (``pip install 'softtopk[plot]'``).
     """
     fig = sweep_figure(result)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
+    fig.savefig(buffer, format=image_format, dpi=120)  # png, svg or pdf (the --plot suffix)
     return buffer.getvalue()

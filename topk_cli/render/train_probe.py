@@ -334,13 +334,13 @@ def train_probe_figure(result: TrainProbeResult) -> Any:
     return fig
 
 
-def render_train_probe_png(result: TrainProbeResult) -> bytes:
-    """PNG bytes of :func:`train_probe_figure`.
+def render_train_probe_png(result: TrainProbeResult, image_format: str = "png") -> bytes:
+    """The bytes of :func:`train_probe_figure` as ``image_format`` (png, svg or pdf).
 
     Raises:
         InvalidArgumentError: matplotlib is not installed (``pip install 'softtopk[plot]'``).
     """
     fig = train_probe_figure(result)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format=image_format, dpi=110)  # png, svg or pdf (the --plot suffix)
     return buffer.getvalue()
