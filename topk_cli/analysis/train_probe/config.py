@@ -36,8 +36,8 @@ class ProbeConfig:
     grad_check: bool = True
     grad_check_hardness: tuple[float, ...] = (0.6, 0.8, 0.95)
     grad_check_points: tuple[float, ...] = (0.0, 0.5, 0.8)
-    grad_check_instances: int = 250
-    grad_check_pairs: int = 64
+    grad_check_instances: int = 500
+    grad_check_pairs: int = 128
     grad_check_sigma: float = 0.05
     #: Samples per call of a Monte Carlo operator (a method with a ``samples`` parameter).
     mc_samples: int = 32
