@@ -660,7 +660,7 @@ def train_probe_command(
         Optional[int], typer.Option("-k", help="Selection size for every task (default: select 3, knn 5, topk-sum 3).", show_default=False)
     ] = None,
     seeds: Annotated[Optional[int], typer.Option("--seeds", help="Paired seeds (default 3; 2 with --quick).", show_default=False)] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimiser steps (default 100; 40 with --quick).", show_default=False)] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimiser steps (default 100; 30 with --quick).", show_default=False)] = None,
     batch: Annotated[int, typer.Option("--batch", help="Minibatch size.")] = 32,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adam or sgd.")] = "adam",
     lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (default 0.05 for Adam, 1.0 for SGD).", show_default=False)] = None,
@@ -681,7 +681,7 @@ def train_probe_command(
     samples: Annotated[
         int, typer.Option("--samples", help="Samples per call of Monte Carlo methods (fresh noise every step).")
     ] = 32,
-    quick: Annotated[bool, typer.Option("--quick", help="Smoke run: select only, 40 steps, 2 seeds, no gradient check.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Smoke run: select only, 30 steps, 2 seeds, no gradient check.")] = False,
     seed: SeedOpt = 0,
     plot: Annotated[
         Optional[Path], typer.Option("--plot", help="Save a PNG: learning curves and cos(true) against hardness (needs matplotlib).", show_default=False)

@@ -56,7 +56,7 @@ class ProbeConfig:
 
 
 #: What ``--quick`` sets (CI smoke runs).
-QUICK: dict[str, Any] = {"tasks": ("select",), "steps": 40, "seeds": 2, "grad_check": False}
+QUICK: dict[str, Any] = {"tasks": ("select",), "steps": 30, "seeds": 2, "grad_check": False}
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def probe_config(
     grad_check: bool | None,
     **options: Any,
 ) -> ProbeConfig:
-    """The configuration of a CLI call: ``--quick`` sets select only, 40 steps, 2 seeds and no
+    """The configuration of a CLI call: ``--quick`` sets select only, 30 steps, 2 seeds and no
     gradient check, for whatever the user did not give explicitly."""
     levels = parse_hardness(hardness) if hardness is not None else (() if taus else (0.8,))
     return ProbeConfig(
