@@ -38,8 +38,8 @@ MEMORY_METHOD = "tracemalloc"
 DTYPES = ("float32", "float64")
 
 #: Samples per call at which a Monte-Carlo method (one with a ``samples`` parameter) is timed by
-#: default: the same as train-probe's. Its time grows linearly with the samples.
-MC_SAMPLES = 32
+#: default. Its time grows about linearly with the samples.
+MC_SAMPLES = 16
 
 ProgressFn = Callable[[int, int], None]
 
@@ -201,7 +201,7 @@ def _parameters_note(name: str, parameters: Mapping[str, int | float]) -> str:
                if key in defaults and value != defaults[key]]
     if not changed:
         return ""
-    tail = "; its time grows linearly with samples" if "samples" in parameters else ""
+    tail = "; its time grows about linearly with samples" if "samples" in parameters else ""
     return f"{name} timed with {', '.join(changed)}{tail}"
 
 
