@@ -1,6 +1,11 @@
 """Accuracy table: every method against the independent mpmath reference (tests/reference.py).
 
-Usage: ``python benchmarks/accuracy.py [--quick]`` (a few minutes; ``--quick`` skips n = 1000).
+Usage: ``python benchmarks/accuracy.py [--quick] [--wider] [-m METHOD ...]``. By default it measures the
+methods ``tests/test_accuracy.py`` grades on these grids (``test_accuracy.METHOD_NAMES``); ``--quick``
+skips n = 1000; ``--wider`` adds the methods whose references live in ``tests/reference_wider.py``
+(about a minute or more each); ``-m`` picks methods by name. Monte-Carlo methods are never measured
+here: their reference is their exact expectation, judged within their standard error by
+``tests/test_perturbed.py``, and it alone took over 30 CPU-minutes on these grids.
 
 Over the adversarial case set of ``tests/test_accuracy.py`` (n in {1, 2, 5, 50, 1000}, k in
 {1, 2, n//2, n-1, n}, spreads 1e-6..1e3, offsets 0 and 1e6, ties and near-ties, tau in {1e-3,
@@ -64,13 +69,24 @@ def _jacobian_error(method: str) -> float:
     return worst
 
 
+def _methods(argv: list[str]) -> list[str]:
+    chosen = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-m", "--method")]
+    if chosen:
+        return chosen
+    if "--wider" in argv:
+        return [m for m in st.METHODS if not st.METHODS[m].capabilities.monte_carlo]
+    return list(acc.METHOD_NAMES)
+
+
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
+    methods = _methods(argv)
+    skipped = [m for m in st.METHODS if m not in methods]
     blocks = ["small", "medium"] + ([] if quick else ["large", "large-slow"])
     header = f"{'method':18} {'cases':>5} {'f64 op':>9} {'f64 e2e':>9} {'f32':>9} {'fails':>5} {'jac':>9}  worst float64 case"
     print(header)
     print("-" * len(header))
-    for method in st.METHODS:
+    for method in methods:
         start = time.perf_counter()
         cases = [c for block in blocks for c in acc.cases_for(method, block)]
         op64 = e2e = f32 = 0.0
@@ -93,6 +109,8 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
     print("\ntolerances asserted by tests/test_accuracy.py: 1e-12 (float64, 'f64 op'), 1e-5 (float32)")
+    if skipped:
+        print(f"not measured: {', '.join(skipped)} (--wider adds the non-Monte-Carlo ones; -m NAME picks any)")
     return 0
 
 

@@ -857,7 +857,7 @@ def train_probe_command(
         Optional[int], typer.Option("-k", help="Selection size for every task (default: select 3, knn 5, topk-sum 3).", show_default=False)
     ] = None,
     seeds: Annotated[Optional[int], typer.Option("--seeds", help="Paired seeds (default 3; 2 with --quick).", show_default=False)] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimiser steps (default 100; 60 with --quick).", show_default=False)] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimiser steps (default 100; 30 with --quick).", show_default=False)] = None,
     batch: Annotated[int, typer.Option("--batch", help="Minibatch size.")] = 32,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adam or sgd.")] = "adam",
     lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (default 0.05 for Adam, 1.0 for SGD).", show_default=False)] = None,
@@ -875,7 +875,7 @@ def train_probe_command(
         str, typer.Option("--grad-check-hardness", help="Top-k masses at which the gradient is checked.")
     ] = "0.6,0.8,0.95",
     target: Annotated[float, typer.Option("--target", help="'Reached' = metric >= target x the oracle's.")] = 0.9,
-    quick: Annotated[bool, typer.Option("--quick", help="Smoke run: select only, 60 steps, 2 seeds, no gradient check.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Smoke run: select only, 30 steps, 2 seeds, no gradient check.")] = False,
     seed: SeedOpt = 0,
     plot: PlotOpt = None,
     strict: Annotated[

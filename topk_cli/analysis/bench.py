@@ -9,15 +9,20 @@ repeat looping the call enough times to last ``min_time`` seconds (timer resolut
 is the largest extra allocation traced by :mod:`tracemalloc` during one call (numpy reports its
 buffers to it); it counts the buffers of this process, not the resident set of the interpreter.
 
+A Monte-Carlo method is timed at :data:`MC_SAMPLES` samples per call unless told otherwise (its
+time grows linearly with the sample count; at its usual default of 1000 one such method took most of
+a default run); each result records the parameters it was timed with and says so.
+
 Pure measurement: no printing, no files, randomness only through an explicit generator.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +36,10 @@ from topk_cli.errors import InvalidArgumentError, NumericalFailureError
 MEMORY_METHOD = "tracemalloc"
 
 DTYPES = ("float32", "float64")
+
+#: Samples per call at which a Monte-Carlo method (one with a ``samples`` parameter) is timed by
+#: default. Its time grows about linearly with the samples.
+MC_SAMPLES = 16
 
 ProgressFn = Callable[[int, int], None]
 
@@ -64,6 +73,10 @@ class BenchResult:
     peak_vjp_bytes: int | None
     failed_rows: int
     status: str
+    #: The method's extra parameters the times were measured with (empty: its defaults).
+    parameters: Mapping[str, int | float] = dataclasses.field(default_factory=dict)
+    #: What the reader must know about these parameters ("" when there is nothing to say).
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -166,6 +179,32 @@ def numpy_baselines(x: NDArray[Any], k: int, *, repeats: int, min_time: float = 
     return Baselines(exp_ms=exp_s * 1e3, sort_ms=sort_s * 1e3, partition_ms=part_s * 1e3)
 
 
+def bench_parameters(name: str) -> dict[str, int | float]:
+    """The extra parameters ``bench`` times ``name`` with by default: ``samples = MC_SAMPLES`` for a
+    Monte-Carlo method whose own default is larger, nothing otherwise.
+
+    >>> bench_parameters("grad")
+    {}
+    """
+    spec = get_method(name)
+    if not spec.capabilities.monte_carlo:
+        return {}
+    samples = [p for p in spec.parameters if p.name == "samples"]
+    if not samples or samples[0].default <= MC_SAMPLES:
+        return {}
+    return {"samples": MC_SAMPLES}
+
+
+def _parameters_note(name: str, parameters: Mapping[str, int | float]) -> str:
+    defaults = {p.name: p.default for p in get_method(name).parameters}
+    changed = [f"{key} = {value:g} (its default: {defaults[key]:g})" for key, value in parameters.items()
+               if key in defaults and value != defaults[key]]
+    if not changed:
+        return ""
+    tail = "; its time grows about linearly with samples" if "samples" in parameters else ""
+    return f"{name} timed with {', '.join(changed)}{tail}"
+
+
 def bench(
     x: NDArray[Any],
     k: int,
@@ -179,12 +218,15 @@ def bench(
     seed: int | None = 0,
     source: str = "random normal scores",
     progress: ProgressFn | None = None,
+    parameters: Mapping[str, Mapping[str, int | float]] | None = None,
 ) -> BenchReport:
     """Time forward and VJP of ``methods`` on the ``(B, n)`` batch ``x`` against numpy baselines.
 
     ``x`` is used as given (its dtype, float32 or float64, is the one timed). The cotangent of
     the VJP is standard normal from ``default_rng(seed)`` (``seed=None``: 0). A method that fails
     on some rows (e.g. ``grad-recursive`` on wide spreads) is timed on its forward pass only.
+    ``parameters`` maps a method to its extra parameters (e.g. ``{"samples": 1000}``); a method not
+    in it is timed with :func:`bench_parameters` (a Monte-Carlo method at :data:`MC_SAMPLES` samples).
 
     Raises:
         InvalidArgumentError: bad ``k``, ``tau``, method name, shape, or ``repeats < 1``.
@@ -205,7 +247,8 @@ def bench(
     for i, name in enumerate(methods):
         if progress is not None:
             progress(i, len(methods))
-        results.append(_bench_one(x, v, k, name, tau, base, repeats, min_time, with_vjp, memory))
+        chosen = dict(parameters[name]) if parameters is not None and name in parameters else bench_parameters(name)
+        results.append(_bench_one(x, v, k, name, tau, base, repeats, min_time, with_vjp, memory, chosen))
     if progress is not None:
         progress(len(methods), len(methods))
     return BenchReport(
@@ -215,27 +258,29 @@ def bench(
 
 
 def _bench_one(x: NDArray[Any], v: NDArray[Any], k: int, name: str, tau: float, base: Baselines,
-               repeats: int, min_time: float, with_vjp: bool, memory: bool) -> BenchResult:
-    first = evaluate(x, k, name, tau=tau)
+               repeats: int, min_time: float, with_vjp: bool, memory: bool,
+               params: Mapping[str, int | float]) -> BenchResult:
+    first = evaluate(x, k, name, tau=tau, **params)
     failed = len(first.failures)
-    fwd_s = seconds_per_call(lambda: evaluate(x, k, name, tau=tau), repeats=repeats, min_time=min_time)
+    fwd_s = seconds_per_call(lambda: evaluate(x, k, name, tau=tau, **params), repeats=repeats, min_time=min_time)
     fwd_ms = fwd_s * 1e3
-    peak_fwd = peak_bytes(lambda: evaluate(x, k, name, tau=tau)) if memory else None
+    peak_fwd = peak_bytes(lambda: evaluate(x, k, name, tau=tau, **params)) if memory else None
     vjp_ms = vjp_vs_exp = vjp_vs_fwd = None
     peak_vjp = None
     status = "ok" if not failed else f"forward failed on {failed} of {x.shape[0]} rows; VJP not timed"
     if with_vjp and not failed:
         try:
-            vjp_s = seconds_per_call(lambda: vjp(x, k, v, name, tau=tau), repeats=repeats, min_time=min_time)
+            vjp_s = seconds_per_call(lambda: vjp(x, k, v, name, tau=tau, **params), repeats=repeats, min_time=min_time)
         except NumericalFailureError as exc:  # defensive: the forward pass succeeded above
             status = f"VJP failed: {exc}"
         else:
             vjp_ms = vjp_s * 1e3
             vjp_vs_exp = vjp_ms / base.exp_ms
             vjp_vs_fwd = vjp_ms / fwd_ms
-            peak_vjp = peak_bytes(lambda: vjp(x, k, v, name, tau=tau)) if memory else None
+            peak_vjp = peak_bytes(lambda: vjp(x, k, v, name, tau=tau, **params)) if memory else None
     return BenchResult(
         method=name, forward_ms=fwd_ms, forward_vs_exp=fwd_ms / base.exp_ms, forward_vs_sort=fwd_ms / base.sort_ms,
         vjp_ms=vjp_ms, vjp_vs_exp=vjp_vs_exp, vjp_vs_forward=vjp_vs_fwd,
         peak_forward_bytes=peak_fwd, peak_vjp_bytes=peak_vjp, failed_rows=failed, status=status,
+        parameters=dict(params), note=_parameters_note(name, params),
     )

@@ -15,7 +15,7 @@ from topk_cli.render.common import OutputFormat, format_float, render_csv, rende
 
 RESULT_KEYS = (
     "method", "forward_ms", "forward_vs_exp", "forward_vs_sort", "vjp_ms", "vjp_vs_exp", "vjp_vs_forward",
-    "peak_forward_mib", "peak_vjp_mib", "failed_rows", "status",
+    "peak_forward_mib", "peak_vjp_mib", "failed_rows", "status", "parameters",
 )
 CSV_COLUMNS = (
     "batch", "n", "k", "tau", "dtype", "repeats", *RESULT_KEYS, "exp_ms", "sort_ms", "partition_ms", "memory_method",
@@ -33,6 +33,7 @@ def _result_dict(r: BenchResult) -> dict[str, Any]:
         "forward_vs_sort": r.forward_vs_sort, "vjp_ms": r.vjp_ms, "vjp_vs_exp": r.vjp_vs_exp,
         "vjp_vs_forward": r.vjp_vs_forward, "peak_forward_mib": _mib(r.peak_forward_bytes),
         "peak_vjp_mib": _mib(r.peak_vjp_bytes), "failed_rows": r.failed_rows, "status": r.status,
+        "parameters": dict(r.parameters),
     }
 
 
@@ -79,10 +80,14 @@ def render_bench(report: BenchReport, fmt: OutputFormat, *, color: bool = False)
     if fmt is OutputFormat.csv:
         doc = bench_document(report)
         shared = {key: doc[key] for key in ("batch", "n", "k", "tau", "dtype", "repeats", "memory_method")}
-        rows = [{**shared, **res, **doc["baselines"]} for res in doc["results"]]
+        rows = [{**shared, **res, **doc["baselines"],
+                 "parameters": ";".join(f"{key}={value}" for key, value in res["parameters"].items())}
+                for res in doc["results"]]
         return render_csv(rows, CSV_COLUMNS)
+    notes = "".join(f" {r.note}." for r in report.results if r.note)
     note = Text(
         f"Input {report.source}: {report.input_bytes / _MIB:.2f} MiB. x exp, x sort: time / the numpy baseline on "
         f"the same array in this run. Peak = largest extra memory traced by {report.memory_method} during one call."
+        f"{notes}"
     )
     return renderables_to_text([bench_table(report), note], color=color)

@@ -56,7 +56,7 @@ class ProbeConfig:
 
 
 #: What ``--quick`` sets (CI smoke runs).
-QUICK: dict[str, Any] = {"tasks": ("select",), "steps": 60, "seeds": 2, "grad_check": False}
+QUICK: dict[str, Any] = {"tasks": ("select",), "steps": 30, "seeds": 2, "grad_check": False}
 
 
 @dataclass(frozen=True)
@@ -171,13 +171,13 @@ def probe_config(
     grad_check: bool | None,
     **options: Any,
 ) -> ProbeConfig:
-    """The configuration of a CLI call: ``--quick`` sets select only, 60 steps, 2 seeds and no
+    """The configuration of a CLI call: ``--quick`` sets select only, 30 steps, 2 seeds and no
     gradient check, for whatever the user did not give explicitly."""
     levels = parse_hardness(hardness) if hardness is not None else (() if taus else (0.8,))
     return ProbeConfig(
         tasks=parse_tasks(tasks, quick=quick), methods=tuple(methods), hardness=levels, taus=tuple(taus),
-        seeds=seeds if seeds is not None else (int(QUICK["seeds"]) if quick else 3),
-        steps=steps if steps is not None else (int(QUICK["steps"]) if quick else 100),
+        seeds=seeds if seeds is not None else (int(QUICK["seeds"]) if quick else ProbeConfig.seeds),
+        steps=steps if steps is not None else (int(QUICK["steps"]) if quick else ProbeConfig.steps),
         grad_check=grad_check if grad_check is not None else not quick,
         **options,
     )
