@@ -41,8 +41,8 @@ DEFAULT_SEED = 0
 #: Elements of one ``(rows, pairs, n)`` block (bounds the memory of a call, about 32 MiB).
 _BLOCK = 1 << 22
 
-#: Noise elements the forward holds at once when one row's samples exceed a block (512 MiB).
-_NOISE_BUDGET = 1 << 26
+#: Noise elements the forward holds at once when one row's samples exceed a block (256 MiB).
+_NOISE_BUDGET = 1 << 25
 
 
 def check_perturbed_params(samples: object, seed: object) -> tuple[int, int]:
