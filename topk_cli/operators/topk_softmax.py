@@ -57,7 +57,7 @@ def topk_softmax_forward(z: FloatArray, k: int) -> Forward:
     ``(k-1)``-th and ``k``-th largest are equal), and the soft weights are ``e / S`` with
     ``e = exp(z - s_k)`` on the soft entries (one ``exp`` pass; ``e <= 1``, so no overflow) and
     ``S = 1 + S'``, ``S'`` the sum over the soft entries but one at ``s_k``. ``q = 1 - p`` is
-    ``(S - e) / S`` (no cancellation: ``e <= S / 2`` on every soft entry but that one) and
+    ``1 - e / S`` (no cancellation: ``e <= S / 2`` on every soft entry but that one) and
     ``S' / S`` on the one at ``s_k`` (when it is the only one there), so a complement of 1e-20
     keeps its digits. Rows without a tie between the ``(k-1)``-th and ``k``-th largest are
     elementwise (equal entries get equal bits), so the API's tie averaging skips them.
@@ -84,16 +84,16 @@ def topk_softmax_forward(z: FloatArray, k: int) -> Forward:
     np.put_along_axis(e, top, 1.0, axis=1)
     total = (1.0 + rest)[:, None]  # S >= 1
     soft = np.divide(e, total)
-    q = np.subtract(total, e)
-    q /= total
+    q = np.subtract(1.0, soft)  # within an ulp and a half relatively: soft <= 1/2 on these entries
     # a lone soft entry at s_k takes S' / S; where several share s_k, each has p <= 1/2 and keeps
-    # (S - e) / S, so that equal entries get equal bits
+    # 1 - e / S, so that equal entries get equal bits
     lone = np.flatnonzero(~shared)
     q[lone, top[lone, 0]] = rest[lone] / total[lone, 0]
-    p = np.add(soft, hard)  # hard entries have soft = 0: exactly 1
-    q -= hard  # and q = S / S = 1 there: exactly 0
+    hard_f = hard.astype(np.float64)
+    p = np.add(soft, hard_f)  # hard entries have soft = 0: exactly 1
+    q -= hard_f  # and q = 1 - 0 there: exactly 0
     # p and q are functions of z_i and row quantities except where the hard set was cut by position
-    return Forward(p=p, q=q, aux={"soft": soft, "hard": hard.astype(np.float64)}, elementwise_rows=~tie)
+    return Forward(p=p, q=q, aux={"soft": soft, "hard": hard_f}, elementwise_rows=~tie)
 
 
 def topk_softmax_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
