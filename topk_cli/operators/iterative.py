@@ -48,18 +48,16 @@ def _it_forward(z: FloatArray, k: int, *, store: bool = True) -> Forward:
     (else only ``aux["fast"]`` and ``aux["error_estimate"]``)."""
     eligible = np.isfinite(z).all(axis=-1)
     if not eligible.any():
-        return _it_faithful(z, k)
+        return _it_faithful(z, k, store=store)
     rows = np.flatnonzero(eligible)
     fast = _it_fast(z if eligible.all() else z[rows], k, store=store)
     rescue = np.flatnonzero(~eligible)
     rescue = np.concatenate([rescue, rows[fast.aux["fast"] == 0]])
     if rescue.size == 0:
         return fast
-    slow = _it_faithful(z[rescue], k)
+    slow = _it_faithful(z[rescue], k, store=store)
     if store:
         fast.aux["q"] = _replayed_q(fast.aux["s"])
-    else:
-        slow.aux = {name: slow.aux[name] for name in fast.aux}
     return _combine_rows(z.shape[0], [(rows, fast), (rescue, slow)])
 
 
@@ -104,8 +102,12 @@ def _it_forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, Floa
     return _combine_rows(bsz, [(np.arange(bsz), fwd), (rescue, slow)]), _checked(out, "iterative")
 
 
-def _it_faithful(z: FloatArray, k: int) -> Forward:
-    """The faithful computation (``1 - p`` from exclusive log-sums, running error estimate)."""
+def _it_faithful(z: FloatArray, k: int, *, store: bool = True) -> Forward:
+    """The faithful computation (``1 - p`` from exclusive log-sums, running error estimate).
+
+    With ``store`` the rounds the derivatives read (``s`` and ``q`` before each round, ``(B, k, n)``
+    each) are kept in ``aux``; without it only ``aux["fast"]`` and ``aux["error_estimate"]``, and
+    the memory is ``O(B n)`` whatever ``k``."""
     rows = np.arange(z.shape[0])
     masked = np.isneginf(z)
     any_masked = bool(masked.any())
@@ -127,29 +129,34 @@ def _it_faithful(z: FloatArray, k: int) -> Forward:
                 if any_masked:
                     y[masked] = _NEG_INF
             s, c, local = _it_softmax(y, masked)
-            s_steps.append(s)
-            top = s.argmax(axis=-1)
-            top_steps.append(top)
-            ctop_steps.append(c[rows, top])
-            q_steps.append(q)
+            if store:
+                s_steps.append(s)
+                top = s.argmax(axis=-1)
+                top_steps.append(top)
+                ctop_steps.append(c[rows, top])
+                q_steps.append(q)
             # q - s and c - p are equal in exact arithmetic; keep the one with the smaller error bound
             bound_q, bound_c = np.abs(q), np.abs(p)
             bound_q += s
             bound_c += c
             direct = bound_q <= bound_c
+            q_before = q
             q = np.subtract(c, p, out=bound_c)
-            np.subtract(q_steps[-1], s, out=q, where=direct)
+            np.subtract(q_before, s, out=q, where=direct)
             p += s
             err.iterative_round(t, d, s, c, local, direct, p, q)
             slope = s * c
             slope *= d  # d s_i / d q_i
             err.close_round(t, {"slope": slope.max(axis=-1), "entry": slope.argmax(axis=-1).astype(np.float64)})
     fwd = Forward(p=np.where(masked, 0.0, p), q=np.where(masked, 1.0, q)) if any_masked else Forward(p=p, q=q)
-    fwd.aux = {
-        "s": np.stack(s_steps, axis=1), "q": np.stack(q_steps, axis=1),
-        "ctop": np.stack(ctop_steps, axis=1), "top": np.stack(top_steps, axis=1).astype(np.float64),
-        "d": d, "qlast": fwd.q, "argmin": np.argmin(z_up, axis=-1).astype(np.float64), "fast": np.zeros(z.shape[0]),
-    }
+    fwd.aux = {"fast": np.zeros(z.shape[0])}
+    if store:
+        fwd.aux.update({
+            "s": np.stack(s_steps, axis=1), "q": np.stack(q_steps, axis=1),
+            "ctop": np.stack(ctop_steps, axis=1), "top": np.stack(top_steps, axis=1).astype(np.float64),
+            "d": d, "qlast": fwd.q, "argmin": np.argmin(z_up, axis=-1).astype(np.float64),
+        })
+        del s_steps, q_steps  # the stacks hold the rounds now
     err.report(fwd, z, "iterative", lambda b: (
         f"the round's slope d s_i / d(1 - p_i) = s_i (1 - s_i) (z_i - min z) reached {err.cause['slope'][b]:.3g} "
         f"(entry {int(err.cause['entry'][b])})"

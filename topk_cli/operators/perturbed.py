@@ -41,6 +41,9 @@ DEFAULT_SEED = 0
 #: Elements of one ``(rows, pairs, n)`` block (bounds the memory of a call, about 32 MiB).
 _BLOCK = 1 << 22
 
+#: Noise elements the forward holds at once when one row's samples exceed a block (256 MiB).
+_NOISE_BUDGET = 1 << 25
+
 
 def check_perturbed_params(samples: object, seed: object) -> tuple[int, int]:
     """Validate ``samples`` (an even integer >= 4) and ``seed`` (an integer >= 0)."""
@@ -63,6 +66,19 @@ def perturbation_noise(n: int, samples: int, seed: int) -> FloatArray:
     does not depend on ``n``.
     """
     return np.random.default_rng(seed).standard_normal((n, samples // 2))
+
+
+def _noise_columns(n: int, samples: int, seed: int, cols: slice) -> FloatArray:
+    """Columns ``cols`` of :func:`perturbation_noise`: the same numbers, drawing the whole stream
+    again in blocks of entries and keeping only those columns (``O(n * width)`` memory)."""
+    pairs = samples // 2
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, cols.stop - cols.start))
+    step = max(1, _BLOCK // pairs)
+    for start in range(0, n, step):  # consecutive draws continue one stream: the same numbers
+        stop = min(n, start + step)
+        out[start:stop] = rng.standard_normal((stop - start, pairs))[:, cols]
+    return out
 
 
 def _row_noise(fin: np.ndarray, noise: FloatArray) -> FloatArray:
@@ -158,6 +174,8 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
     """
     samples, seed = check_perturbed_params(samples, seed)
     b, n = z.shape
+    if (samples // 2) * n > _BLOCK:
+        return _forward_by_sample_chunks(z, k, samples, seed)
     noise = perturbation_noise(n, samples, seed)
     pairs = noise.shape[1]
     fin_all = np.isfinite(z)
@@ -187,6 +205,72 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
         np.square(dev, out=dev)
         std = np.sqrt(np.add.reduce(dev, axis=1) / (pairs - 1))
         se[blk] = np.where(fb, np.maximum(std / rse, 1.0 / pairs), 0.0)
+    return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
+
+
+def _forward_by_sample_chunks(z: FloatArray, k: int, samples: int, seed: int) -> Forward:
+    """:func:`perturbed_forward` where one row's samples exceed a block: the same numbers, with the
+    samples drawn and reduced in chunks, one row at a time.
+
+    The noise is held ``_NOISE_BUDGET // n`` pairs at a time (the stream is drawn again for each such
+    group of pairs; once when it fits), the selections a block at a time. Every per-pair quantity is
+    the one the one-block computation makes; the counts are exact integers, the top sums are kept
+    per pair and averaged at the end as before, and the sum of squared deviations (which needs the
+    mean first) runs over the pairs in order, from the selections kept as two bits per pair and
+    entry (``samples * n / 8`` bytes per row, 1/32 of the noise).
+    """
+    b, n = z.shape
+    pairs = samples // 2
+    fin_all = np.isfinite(z)
+    width = max(1, min(pairs, _NOISE_BUDGET // n))
+    sub = max(1, _BLOCK // n)
+    counts = np.zeros((b, n), dtype=np.uint64)
+    tops = np.empty((2, b, pairs))
+    nbytes = (n + 7) // 8
+    bits = np.empty((b, 2, pairs, nbytes), dtype=np.uint8)
+    for c0 in range(0, pairs, width):
+        c1 = min(pairs, c0 + width)
+        noise = perturbation_noise(n, samples, seed) if c1 - c0 == pairs else \
+            _noise_columns(n, samples, seed, slice(c0, c1))
+        for r in range(b):
+            zb = z[r : r + 1]
+            fb = fin_all[r : r + 1]
+            for s0 in range(0, c1 - c0, sub):
+                part = noise[:, s0 : s0 + sub]
+                nb = np.ascontiguousarray(part.T)[None] if fb.all() else _row_noise(fb, part)
+                neg, sel = _selections(zb, k, nb)
+                top = _top_sums(neg, sel, zb, nb, not fb.all())
+                at = slice(c0 + s0, c0 + s0 + part.shape[1])
+                tops[:, r, at] = top[:, 0]
+                counts[r] += np.add(sel[0, 0], sel[1, 0]).sum(axis=0)
+                bits[r, :, at] = np.packbits(sel[:, 0], axis=-1)
+        del noise
+    # as the one-block forward: sums of 0, 1/2, 1 over pairs are exact in any order
+    half = 0.5 * counts
+    p = half / pairs
+    q = (pairs - half) / pairs
+    potential = 0.5 * (tops[0] + tops[1]).mean(axis=1)
+    se = np.empty((b, n))
+    rse = np.sqrt(pairs)
+    for r in range(b):
+        # obs.std(ddof=1) as numpy computes it over the pairs axis: deviations from the mean,
+        # squared, added pair after pair (the running sum is the first term of the next chunk)
+        acc: FloatArray | None = None
+        for s0 in range(0, pairs, sub):
+            s1 = min(pairs, s0 + sub)
+            plus = np.unpackbits(bits[r, 0, s0:s1], axis=-1, count=n)
+            minus = np.unpackbits(bits[r, 1, s0:s1], axis=-1, count=n)
+            lead = 0 if acc is None else 1
+            dev = np.empty((lead + s1 - s0, n))
+            np.multiply(np.add(plus, minus), 0.5, out=dev[lead:])
+            np.subtract(dev[lead:], p[r], out=dev[lead:])
+            np.square(dev[lead:], out=dev[lead:])
+            if acc is not None:
+                dev[0] = acc
+            acc = np.add.reduce(dev, axis=0)
+        assert acc is not None
+        std = np.sqrt(acc / (pairs - 1))
+        se[r] = np.where(fin_all[r], np.maximum(std / rse, 1.0 / pairs), 0.0)
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
 
 

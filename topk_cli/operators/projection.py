@@ -24,13 +24,18 @@ C0 as soon as an entry saturates while others are free.
 
 Algorithm (exact, no tolerance): ``G(lambda) = sum_i clip(z_i - lambda, 0, 1)^r`` is continuous and
 non-increasing, with breakpoints at ``z_i`` (entry ``i`` leaves 0) and ``z_i - 1`` (it reaches 1).
-The breakpoints are sorted and a vectorised binary search finds the interval holding the root
-(``log2(2n)`` evaluations of ``G``). On that interval the free and saturated sets are fixed:
+Only the candidates take part in the search: ``lambda > s_{k+1} - 1`` (``s_{k+1}`` the (k+1)-th
+largest entry), so an entry at or below ``s_{k+1} - 1`` weighs 0 and has no breakpoint at or above
+the root's interval; one ``np.partition`` keeps the largest ``m`` entries (``m = max(2k + 2, k + 32)``,
+quadrupled for a row where that may miss one). Their breakpoints are sorted and a vectorised binary
+search finds the interval holding the root (``log2(2m)`` evaluations of ``G``). On that interval the free and saturated sets are fixed:
 ``thre-clip`` has the closed form ``lambda = ref + (sum_free (z_i - ref) + #sat - k) / #free``; for
 ``thre-cube`` ``sum_free (z_i - lambda)^3 = k - #sat`` is convex and decreasing in ``lambda`` and
 Newton from the interval's left end increases monotonically to the root (quadratic convergence,
 stopped at the ulp level). Everything is computed relative to ``ref``, the interval's left end,
-so ``t = z - lambda`` keeps full precision for any offset or spread.
+so ``t = z - lambda`` keeps full precision for any offset or spread. The weights then take a
+few elementwise passes over the whole batch (``c * c * c`` for the cube: within an ulp of ``c**3``,
+whose libm ``pow`` cost more than an ``exp`` per entry).
 
 Jacobian: the threshold form ``dp/dz = diag(d) - d d^T / sum(d)`` with ``d_i = r t_i^{r-1}`` on the
 open free set ``0 < t_i < 1`` and ``d_i = 0`` elsewhere. At a kink (``t_i`` exactly 0 or 1) the
@@ -45,7 +50,6 @@ import numpy as np
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
 from topk_cli.operators.threshold import (
     _fill_saturated,
-    _saturated_rows,
     threshold_jacobian,
     threshold_vjp,
 )
@@ -92,14 +96,16 @@ def _relative(z: FloatArray, idx: np.ndarray, off: np.ndarray) -> FloatArray:
         return (z - _take(z, idx)[:, None]) + off[:, None]
 
 
-def _root_interval(z: FloatArray, k: int, power: int) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
-    """``(lo, u, width, exact)``: ``lambda`` lies in ``[lo, lo + width)``; ``exact`` rows have ``lambda = lo``.
+def _root_interval(z: FloatArray, k: int, power: int
+                   ) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray, FloatArray, FloatArray]:
+    """``(lo, u, width, exact, z_lo, o_lo)``: ``lambda`` lies in ``[lo, lo + width)``; ``exact`` rows have
+    ``lambda = lo``.
 
     ``lo`` and ``hi`` are consecutive breakpoints (``z_i`` or ``z_i - 1``, sorted descending):
     ``G(hi) < k <= G(lo)``. The first breakpoint is the row maximum 0, where ``G = 0 < k``.
     ``u = z - lo`` and ``width = hi - lo`` are computed from the breakpoints' entries and offsets, so
     they keep full precision even where ``lo`` itself is rounded (``lo`` is returned only for
-    ``lambda``).
+    ``lambda``); ``lo`` is the breakpoint ``z_lo - o_lo`` of entry value ``z_lo`` and offset ``o_lo``.
     """
     n_fin = np.isfinite(z).sum(axis=1)
     bidx, boff = _breakpoints(z)
@@ -116,17 +122,54 @@ def _root_interval(z: FloatArray, k: int, power: int) -> tuple[FloatArray, Float
     i_lo, o_lo = _take(bidx, lo_idx), _take(boff, lo_idx)
     i_hi, o_hi = _take(bidx, lo_idx - 1), _take(boff, lo_idx - 1)
     u = _relative(z, i_lo, o_lo)
+    z_lo = _take(z, i_lo)
     with np.errstate(invalid="ignore"):
-        width = (_take(z, i_hi) - _take(z, i_lo)) - (o_hi - o_lo)
-        lo = _take(z, i_lo) - o_lo
+        width = (_take(z, i_hi) - z_lo) - (o_hi - o_lo)
+        lo = z_lo - o_lo
     exact = _g(u, power) == k
-    return lo, u, width, exact
+    return lo, u, width, exact, z_lo, o_lo
 
 
-def _projection_forward(z: FloatArray, k: int, power: int) -> Forward:
-    """Shared forward of ``thre-clip`` (``power = 1``) and ``thre-cube`` (``power = 3``)."""
-    sat_rows = _saturated_rows(z, k)
-    lo, u, width, exact = _root_interval(z, k, power)
+def _candidates(z: FloatArray, k: int) -> list[tuple[np.ndarray | None, FloatArray]]:
+    """``(rows, top)`` groups: ``top`` holds, for those rows, a set of entries containing every
+    entry that can be nonzero at the solution (``rows`` None: every row).
+
+    With ``s_{k+1}`` the (k+1)-th largest entry, ``lambda > s_{k+1} - 1`` (else the k + 1 largest
+    would all weigh 1 and ``G(lambda) >= k + 1``), so an entry ``<= s_{k+1} - 1`` weighs 0 and
+    none of its breakpoints lies at or above the root's interval: dropping it changes neither
+    ``lambda`` nor any other weight. One ``np.partition`` keeps the ``m`` largest entries; a row
+    whose ``m``-th largest is not certainly below ``s_{k+1} - 1`` is tried again with ``4 m``
+    (``m = n`` at the end: the whole row).
+    """
+    b, n = z.shape
+    m = min(n, max(2 * k + 2, k + 32))
+    rows: np.ndarray | None = None
+    groups: list[tuple[np.ndarray | None, FloatArray]] = []
+    while True:
+        zr = z if rows is None else z[rows]
+        if m >= n:
+            groups.append((rows, zr))
+            return groups
+        top = np.partition(zr, n - m, axis=1)[:, n - m :]  # top[:, 0] is the m-th largest
+        s_k1 = np.partition(top, m - k - 1, axis=1)[:, m - k - 1]
+        s_m = top[:, 0]
+        with np.errstate(invalid="ignore"):  # -inf - (-inf): rows with fewer than m finite entries
+            # the computed gap is within half an ulp of the true one: > 1 + 4 eps means > 1
+            ok = (s_m == -np.inf) | (s_k1 - s_m > 1.0 + 4 * _EPS)
+        all_rows = np.arange(b) if rows is None else rows
+        if ok.all():
+            groups.append((rows, top))
+            return groups
+        if ok.any():
+            groups.append((all_rows[ok], top[ok]))
+        rows = all_rows[~ok]
+        m = min(n, 4 * m)
+
+
+def _solve(z: FloatArray, k: int, power: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """``(z_lo, o_lo, delta, lambda)`` of each row of ``z`` (or of its candidates, see :func:`_candidates`):
+    ``t = ((z - z_lo) + o_lo) - delta`` for every entry."""
+    lo, u, width, exact, z_lo, o_lo = _root_interval(z, k, power)
     width = np.where(exact | ~np.isfinite(width), 0.0, width)
     # t = u - delta, delta = lambda - lo in [0, width]
     mid = 0.5 * width
@@ -155,28 +198,68 @@ def _projection_forward(z: FloatArray, k: int, power: int) -> Forward:
             moving = (new - cur) > 2 * _EPS * (1.0 + np.abs(new))
             active = active[moving]
     delta = np.clip(np.where(exact | ~np.isfinite(delta), 0.0, delta), 0.0, width)
-    t = u - delta[:, None]
-    c = np.clip(t, 0.0, 1.0)
-    with np.errstate(invalid="ignore"):  # masked entries: t = -inf
-        inside = (t > 0.0) & (t < 1.0)
+    return z_lo, o_lo, delta, lo + delta
+
+
+def _weights(z: FloatArray, z_lo: FloatArray, o_lo: FloatArray, delta: FloatArray,
+             power: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``(p, q, d)`` from the threshold, elementwise, in place where possible."""
+    with np.errstate(invalid="ignore"):  # rows with exactly k finite entries: overwritten later
+        t = np.subtract(z, z_lo[:, None])
+        t += o_lo[:, None]
+        t -= delta[:, None]
+        inside = t > 0.0
+        inside &= t < 1.0  # masked entries: t = -inf, outside
+    c = np.clip(t, 0.0, 1.0, out=t)
     if power == 1:
         p = c
-        q = 1.0 - c
-        d = np.where(inside, 1.0, 0.0)
+        q = np.subtract(1.0, c)
+        d = inside.astype(np.float64)
     else:
-        p = c**3
-        q = (1.0 - c) * (1.0 + c + c * c)  # 1 - c^3 without cancellation near c = 1
-        d = np.where(inside, 3.0 * c * c, 0.0)
-    lam = lo + delta
+        c2 = np.multiply(c, c)
+        p = np.multiply(c2, c)  # c * c * c: within an ulp of c**3, which costs a libm pow per entry
+        q = np.add(c2, c)
+        q += 1.0
+        one_minus = np.subtract(1.0, c)
+        q *= one_minus  # 1 - c^3 = (1 - c)(1 + c + c^2) without cancellation near c = 1
+        d = np.multiply(c, 3.0, out=c2)  # (3 c) c, the order of the derivative's earlier formula
+        d *= c
+        d *= inside
+    return p, q, d
+
+
+def _projection_forward(z: FloatArray, k: int, power: int) -> Forward:
+    """Shared forward of ``thre-clip`` (``power = 1``) and ``thre-cube`` (``power = 3``).
+
+    The threshold is solved on the candidates only (:func:`_candidates`: one partial sort); the
+    weights then take a few elementwise passes over the batch.
+    """
+    b, n = z.shape
+    z_lo = np.empty(b)
+    o_lo = np.empty(b)
+    delta = np.empty(b)
+    lam = np.empty(b)
+    total = np.empty(b)  # sum of the weights, from the candidates (every other entry weighs 0)
+    sat_rows = np.empty(b, dtype=bool)
+    for rows, top in _candidates(z, k):
+        sel = slice(None) if rows is None else rows
+        zl, ol, de, la = _solve(top, k, power)
+        z_lo[sel], o_lo[sel], delta[sel], lam[sel] = zl, ol, de, la
+        pt = _weights(top, zl, ol, de, power)[0]
+        fin = np.isfinite(top)
+        total[sel] = np.where(fin, pt, 0.0).sum(axis=1)
+        # exactly k finite entries: the candidates hold the k + 1 largest, so all of them
+        sat_rows[sel] = fin.sum(axis=1) == k
+    p, q, d = _weights(z, z_lo, o_lo, delta, power)
     _fill_saturated(z, sat_rows, p, q, d, lam)
     # a row whose weights miss sum p = k (beyond the rounding of the sum) is never returned "ok"
-    slack = 8.0 * _EPS * k * max(z.shape[1], 1)
+    slack = 8.0 * _EPS * k * max(n, 1)
     with np.errstate(invalid="ignore"):
-        bad = ~(np.abs(np.where(np.isfinite(z), p, 0.0).sum(axis=1) - k) <= slack)
+        bad = ~sat_rows & ~(np.abs(total - k) <= slack)
     if not bad.any():
         return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
     code = np.where(bad, "no-convergence", OK).astype("<U16")
-    messages = {int(b): f"the weights sum to {p[b].sum()!r}, not k = {k}" for b in np.flatnonzero(bad)}
+    messages = {int(r): f"the weights sum to {p[r].sum()!r}, not k = {k}" for r in np.flatnonzero(bad)}
     return Forward(p=p, q=q, code=code, messages=messages, aux={"lambda": lam, "d": d})
 
 

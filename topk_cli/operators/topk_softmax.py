@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
-from topk_cli.operators._logspace import logsumexp, logsumexp_exclusive
+from topk_cli.operators._logspace import exp_into
 from topk_cli.references import BoolArray, ReferenceContext
 
 
@@ -36,11 +36,31 @@ def _hard_set(z: FloatArray, k: int) -> np.ndarray:
     return hard
 
 
+def _kth_largest(z: FloatArray, k: int) -> tuple[FloatArray, np.ndarray, np.ndarray]:
+    """``(s_k, tie, shared)``: the ``k``-th largest entry of each row; the rows where the
+    ``(k-1)``-th largest equals it (there ``z > s_k`` holds fewer than ``k - 1`` entries); and the
+    rows where the ``(k+1)``-th largest equals it (several soft entries at ``s_k``)."""
+    n = z.shape[1]
+    kth = [j for j in (n - k - 1, n - k, n - k + 1) if 0 <= j < n]
+    part = np.partition(z, kth, axis=1) if len(kth) > 1 or n > 1 else z
+    s_k = part[:, n - k]
+    tie = part[:, n - k + 1] == s_k if k > 1 else np.zeros(z.shape[0], dtype=bool)
+    shared = part[:, n - k - 1] == s_k if k < n else np.zeros(z.shape[0], dtype=bool)
+    return s_k, tie, shared
+
+
 def topk_softmax_forward(z: FloatArray, k: int) -> Forward:
     """``p = 1`` on the top ``k - 1`` entries, ``softmax`` over the others; ``sum p = k``.
 
-    ``q = 1 - p`` is the softmax mass of the *other* soft entries, summed in log space (no
-    cancellation when one soft entry dominates).
+    One ``np.partition`` gives ``s_k``, the ``k``-th largest entry, which is the largest soft
+    entry: the hard set is ``z > s_k`` (by position among entries tied with ``s_k`` when the
+    ``(k-1)``-th and ``k``-th largest are equal), and the soft weights are ``e / S`` with
+    ``e = exp(z - s_k)`` on the soft entries (one ``exp`` pass; ``e <= 1``, so no overflow) and
+    ``S = 1 + S'``, ``S'`` the sum over the soft entries but one at ``s_k``. ``q = 1 - p`` is
+    ``1 - e / S`` (no cancellation: ``e <= S / 2`` on every soft entry but that one) and
+    ``S' / S`` on the one at ``s_k`` (when it is the only one there), so a complement of 1e-20
+    keeps its digits. Rows without a tie between the ``(k-1)``-th and ``k``-th largest are
+    elementwise (equal entries get equal bits), so the API's tie averaging skips them.
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["soft"]`` (the softmax part,
     0 on the hard entries) and ``aux["hard"]`` (1.0 on the hard entries).
@@ -48,18 +68,32 @@ def topk_softmax_forward(z: FloatArray, k: int) -> Forward:
     >>> np.round(topk_softmax_forward(np.array([[0.0, -1.0, -2.0]]), 2).p, 4)
     array([[1.    , 0.7311, 0.2689]])
     """
-    hard = _hard_set(z, k)
-    rest = np.where(hard, -np.inf, z)
+    s_k, tie, shared = _kth_largest(z, k)
     # shift by the largest soft entry first: at |z| ~ 1e20, log(sum) = max + log(2) rounds to max
     # and the soft weights came out 1 each (sum p = k + 1)
-    rest = rest - rest.max(axis=1, keepdims=True)  # finite max: at least one unmasked entry is soft
-    total = logsumexp(rest)[:, None]
+    t = np.subtract(z, s_k[:, None])
+    hard = t > 0.0
+    if tie.any():
+        hard[tie] = _hard_set(z[tie], k)
+    np.copyto(t, -np.inf, where=hard)
     with np.errstate(under="ignore"):  # far entries get weight 0, as they should
-        soft = np.exp(rest - total)
-        others = np.exp(logsumexp_exclusive(rest) - total)
-    p = np.where(hard, 1.0, soft)
-    q = np.where(hard, 0.0, np.where(np.isfinite(z), others, 1.0))
-    return Forward(p=p, q=q, aux={"soft": np.where(hard, 0.0, soft), "hard": hard.astype(np.float64)})
+        e = exp_into(t, t)
+    top = np.argmax(e, axis=1)[:, None]  # a soft entry at s_k: e = 1 exactly
+    np.put_along_axis(e, top, 0.0, axis=1)
+    rest = e.sum(axis=1)  # S'
+    np.put_along_axis(e, top, 1.0, axis=1)
+    total = (1.0 + rest)[:, None]  # S >= 1
+    soft = np.divide(e, total)
+    q = np.subtract(1.0, soft)  # within an ulp and a half relatively: soft <= 1/2 on these entries
+    # a lone soft entry at s_k takes S' / S; where several share s_k, each has p <= 1/2 and keeps
+    # 1 - e / S, so that equal entries get equal bits
+    lone = np.flatnonzero(~shared)
+    q[lone, top[lone, 0]] = rest[lone] / total[lone, 0]
+    hard_f = hard.astype(np.float64)
+    p = np.add(soft, hard_f)  # hard entries have soft = 0: exactly 1
+    q -= hard_f  # and q = 1 - 0 there: exactly 0
+    # p and q are functions of z_i and row quantities except where the hard set was cut by position
+    return Forward(p=p, q=q, aux={"soft": soft, "hard": hard_f}, elementwise_rows=~tie)
 
 
 def topk_softmax_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
