@@ -225,6 +225,13 @@ def test_the_root_example_does_not_wrap(columns: str) -> None:
     assert lines and all("sample_inputs/scores.csv" in line for line in lines), out
 
 
+#: Per command, options that make a valid run cheap (a flag-value pair per entry).
+CHEAP = {
+    "bench": [("--repeats", "1"), ("--no-memory",), ("-m", "hard")],
+    "verify-properties": [("--trials", "1"), ("-m", "hard")],
+}
+
+
 def test_no_bad_option_value_gets_pydantic_wording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # '-o abc' is a valid output path: written here, not in the checkout
     checked = 0
@@ -233,8 +240,11 @@ def test_no_bad_option_value_gets_pydantic_wording(tmp_path: Path, monkeypatch: 
             if param.param_type_name != "option" or getattr(param, "is_flag", False):
                 continue
             opt = max(param.opts, key=len)
+            # the least work a command does when the value turns out valid (the value under test comes
+            # after these, so it wins): the check is about parsing, not about running the command
+            cheap = [a for pair in CHEAP.get(name, []) if pair[0] not in param.opts for a in pair]
             for bad in ("abc", "1.5x", ""):
-                code, _out, err = run_cli(name, *_needs_k(command), opt, bad, "--values", "3,2,1,4")
+                code, _out, err = run_cli(name, *_needs_k(command), *cheap, opt, bad, "--values", "3,2,1,4")
                 assert "internal error" not in err
                 for phrase in PYDANTIC_WORDING:
                     assert phrase not in err, (name, opt, bad, err)
@@ -287,3 +297,25 @@ def test_sweep_row_without_input_is_refused_not_ignored(row: str) -> None:
     code, out, err = run_cli("temperature-sweep", "-k", "2", "--row", row)
     assert code == 2 and out == ""
     _one_line_error(err, "the default vector has only row 0")
+
+
+def test_an_empty_method_name_is_refused() -> None:
+    # '-m ""' (an unset shell variable) used to run the default method as if no -m were given
+    for value in ("", "grad,", " , "):
+        code, out, err = run_cli("compute", "-k", "2", "-m", value, "--values", "3,2,1")
+        assert code == 2 and out == ""
+        _one_line_error(err, "empty method name")
+
+
+def test_a_reading_option_beside_values_is_refused() -> None:
+    # --sep, --column, ... read INPUT files: beside --values they were silently ignored
+    checked = 0
+    for flag, value in (("--sep", ";"), ("--column", "a"), ("--index-col", "0"), ("--decimal", ","),
+                        ("--orient", "rows"), ("--header", None), ("--input-format", "csv")):
+        extra = [flag] if value is None else [flag, value]
+        code, out, err = run_cli("compute", "-k", "2", *extra, "--values", "3,2,1")
+        assert code == 2 and out == "", (flag, err)
+        _one_line_error(err, f"{flag.split('/')[0]}")
+        assert "--values takes none" in err
+        checked += 1
+    assert checked == 7

@@ -459,6 +459,8 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
     """
     from topk_cli.registry import METHODS, lookup
 
+    if any(not part.strip() for name in (names or []) for part in name.split(",")):
+        raise UnknownMethodError(f"-m got an empty method name in {names!r}; name a method or 'all'")
     requested = [part.strip() for name in (names or []) for part in name.split(",") if part.strip()]
     if not requested:
         requested = list(default)
@@ -494,6 +496,13 @@ def read_vectors(
         raise InputError("give either INPUT or --values, not both")
     if not inputs and values is None:
         raise InputError("no input: give a file (or '-' for stdin) or --values 3,2,1,4")
+    if values is not None:  # a reading option beside --values would be ignored: say so instead
+        given = [flag for flag, value in (
+            ("--column", column), ("--input-format", input_format), ("--index-col", index_col), ("--sep", sep),
+            ("--decimal", decimal), ("--orient", orient), ("--header/--no-header", header),
+        ) if value is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} read{'s' * (len(given) == 1)} INPUT files; --values takes none")
     from topk_cli.inputs import load_input
 
     if inputs and inputs.count("-") > 1:

@@ -37,6 +37,7 @@ FILES = [
     "tests/test_weighted_softmax_far.py",
     "tests/test_perturbed.py",
     "tests/test_projection.py",
+    "tests/test_weighted_softmax_fast.py",  # asks test_sequential.ref: record it together with test_sequential.py
 ]
 
 
@@ -75,6 +76,7 @@ def meta() -> dict:
             "test_weighted_softmax_far": "_adversarial: default_rng(5) and the fixed rows in the file",
             "test_perturbed": "fixed CASES in the file",
             "test_projection": "fixed vectors in the file",
+            "test_weighted_softmax_fast": "default_rng per test (see the file); its values are test_sequential.ref's",
         },
         "note": "each entry stores its exact inputs (float64 bits) and the reference's output rounded to float64",
     }
