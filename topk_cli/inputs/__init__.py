@@ -21,8 +21,10 @@ line number in the file) and the column. No reader imports pandas.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import io
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -180,18 +182,25 @@ def _gunzip(data: bytes, source: str) -> bytes:
     return out
 
 
-def _check_path(path: str) -> None:
-    """Refuse a missing path or a directory without opening anything (stat only)."""
+@contextlib.contextmanager
+def _os_errors(path: str) -> Iterator[None]:
+    """An ``OSError`` while looking at or reading ``path`` becomes one ``InputError`` line."""
     try:
-        if Path(path).is_dir():
-            raise InputError(f"{path}: is a directory, not a file")
-        Path(path).stat()
+        yield
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _check_path(path: str) -> None:
+    """Refuse a missing path or a directory without opening anything (stat only)."""
+    with _os_errors(path):
+        if Path(path).is_dir():
+            raise InputError(f"{path}: is a directory, not a file")
+        Path(path).stat()
 
 
 def _read_bytes(path: str) -> bytes:
@@ -210,15 +219,8 @@ def _read_bytes(path: str) -> bytes:
             raise InputError("<stdin>: empty input")
         return data
     target = Path(path)
-    try:
-        with open(target, "rb") as handle:  # works for FIFOs and /dev/stdin too
-            data = handle.read()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with _os_errors(path), open(target, "rb") as handle:  # works for FIFOs and /dev/stdin too
+        data = handle.read()
     if not data.strip():
         raise InputError(f"{path}: the file is empty")
     return data

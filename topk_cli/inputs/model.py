@@ -23,17 +23,21 @@ MASK_SPELLINGS = frozenset(("-inf", "-infinity"))
 
 
 class IndexNames(Sequence[str]):
-    """The names ``"0"``, ``"1"``, ... of unlabelled entries or rows, without storing them.
+    """The names ``"0"``, ``"1"``, ... of unlabelled entries or rows, without storing them
+    (``start=1``: ``"1"``, ``"2"``, ..., the columns of a headerless table as people count them).
 
     A 10^7-entry vector needs no 10^7 Python strings.
 
     >>> names = IndexNames(3)
     >>> len(names), names[2], list(names)
     (3, '2', ['0', '1', '2'])
+    >>> list(IndexNames(3, start=1))
+    ['1', '2', '3']
     """
 
-    def __init__(self, length: int) -> None:
+    def __init__(self, length: int, start: int = 0) -> None:
         self._length = length
+        self._start = start
 
     def __len__(self) -> int:
         return self._length
@@ -46,16 +50,16 @@ class IndexNames(Sequence[str]):
 
     def __getitem__(self, index: int | slice) -> str | Sequence[str]:
         if isinstance(index, slice):
-            return [str(i) for i in range(self._length)[index]]
+            return [str(i + self._start) for i in range(self._length)[index]]
         if not -self._length <= index < self._length:
             raise IndexError(index)
-        return str(index % self._length)
+        return str(index % self._length + self._start)
 
     def __iter__(self) -> Iterator[str]:
-        return (str(i) for i in range(self._length))
+        return (str(i + self._start) for i in range(self._length))
 
     def __repr__(self) -> str:
-        return f"IndexNames({self._length})"
+        return f"IndexNames({self._length})" if not self._start else f"IndexNames({self._length}, start={self._start})"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,6 +36,7 @@ from numpy.typing import NDArray
 from topk_cli.errors import InputError
 from topk_cli.inputs.model import (
     MISSING_MARKERS,
+    IndexNames,
     LoadedInput,
     check_value,
     finish,
@@ -267,7 +267,7 @@ def read_table(
         width = len(table.columns)
         rows = len(table.columns[0]) if table.columns else 0
     headerless = table.header is None
-    names: list[str] = list(table.header) if table.header is not None else _Ordinals(width)  # type: ignore[assignment]
+    names: list[str] = list(table.header) if table.header is not None else IndexNames(width, start=1)  # type: ignore[assignment]
     if rows == 0:
         raise InputError(f"{source}: no data rows (only a header)" if not headerless else f"{source}: no data rows")
     if column is not None and (headerless or column not in names):
@@ -404,29 +404,6 @@ def read_table(
         loaded, row_names_from=(why or shown(cols[label_pos])) if label_pos is not None else None,
         labels_from=None if headerless else _header_source(table.fmt), ignored=tuple(shown(c) for c in ignored),
     )
-
-
-class _Ordinals(Sequence[str]):
-    """The names "1", "2", ... of a headerless table's columns, without storing them."""
-
-    def __init__(self, length: int) -> None:
-        self._length = length
-
-    def __len__(self) -> int:
-        return self._length
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-
-    def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, slice):
-            return [str(i + 1) for i in range(self._length)[index]]
-        if not -self._length <= index < self._length:
-            raise IndexError(index)
-        return str(index % self._length + 1)
 
 
 def _shown(pos: int, names: Sequence[str], headerless: bool) -> str:
