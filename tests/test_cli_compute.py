@@ -267,7 +267,7 @@ BAD_RUNS = [
     (["--values", "1,2", "--tau", "0"], "--tau must be a finite number > 0, got 0.0"),
     (["--values", "1,2", "--tau", "-1"], "--tau must be a finite number > 0"),
     (["--values", "1,2", "-m", "nope"], "unknown method 'nope'; valid methods: hard, iterative"),
-    (["--values", "1,x"], "--values: entry 2: 'x' is not a number"),
+    (["--values", "1,x"], "--values: entry 1 (0-based): 'x' is not a number"),
     (["scores.csv", "--values", "1,2"], "not both"),
     ([], "no input"),
     (["--values", "1,2", "--format", "csv", "--jacobian"], "--jacobian is available with --format json"),

@@ -185,13 +185,13 @@ def test_missing_file_directory_binary_and_non_utf8(tmp_path: Path) -> None:
 
 
 def test_bad_values_strings() -> None:
-    with pytest.raises(InputError, match="entry 2 is empty"):
+    with pytest.raises(InputError, match=r"entry 1 \(0-based\) is empty"):
         load_input(None, values="1,,3")
-    with pytest.raises(InputError, match="entry 3: 'x' is not a number"):
+    with pytest.raises(InputError, match=r"entry 2 \(0-based\): 'x' is not a number"):
         load_input(None, values="1,2,x")
-    with pytest.raises(InputError, match=r"entry 1: NaN is not allowed"):
+    with pytest.raises(InputError, match=r"entry 0 \(0-based\): NaN is not allowed"):
         load_input(None, values="nan,1")
-    with pytest.raises(InputError, match="row 2 has 1 entries"):
+    with pytest.raises(InputError, match=r"row 1 \(0-based\) has 1 entries, row 0 has"):
         load_input(None, values="1,2;3")
 
 

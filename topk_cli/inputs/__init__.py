@@ -14,8 +14,9 @@ shapes in :mod:`topk_cli.inputs.jsonfile`.
 
 ``-inf`` masks an entry. Empty cells, missing-value markers (NaN, NA, null), text in numeric
 cells, ragged rows, extra fields, ``+inf`` and numbers beyond the float64 range are
-:class:`~topk_cli.errors.InputError` with a message naming the file, the row (1-based, with the
-line number in the file) and the column. No reader imports pandas.
+:class:`~topk_cli.errors.InputError` with a message naming the place: in a text file its line
+(1-based, as editors number lines) and column, in JSON its path (``[2][1]``, ``key 'b'``), in
+``--values`` the row and entry (0-based, as the output labels them). No reader imports pandas.
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def _parse_values(text: str) -> LoadedInput:
     for r, row_text in enumerate(rows_text):
         row: list[float] = []
         for c, cell in enumerate(row_text.split(",")):
-            place = f"entry {c + 1}" if len(rows_text) == 1 else f"row {r + 1}, entry {c + 1}"
+            place = f"entry {c} (0-based)" if len(rows_text) == 1 else f"row {r}, entry {c} (0-based)"
             if not cell.strip():
                 raise InputError(f"--values: {place} is empty (write e.g. --values 3,2,1,4)")
             value = parse_number(cell)
@@ -295,13 +296,14 @@ def _parse_values(text: str) -> LoadedInput:
             row.append(value)
         if rows and len(row) != len(rows[0]):
             raise InputError(
-                f"--values: row {r + 1} has {len(row)} entries, row 1 has {len(rows[0])} (rows are separated by ';')"
+                f"--values: row {r} (0-based) has {len(row)} entries, row 0 has {len(rows[0])} "
+                "(rows are separated by ';')"
             )
         rows.append(row)
     arr = np.asarray(rows, dtype=np.float64)
 
     def where(row: int, col: int) -> str:
-        return f"entry {col + 1}" if len(rows) == 1 else f"row {row + 1}, entry {col + 1}"
+        return f"entry {col} (0-based)" if len(rows) == 1 else f"row {row}, entry {col} (0-based)"
 
     return finish(arr, "--values", fmt="values", where=where)
 
