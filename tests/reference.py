@@ -1,6 +1,7 @@
 """Independent high-precision reference for every softtopk method (mpmath, >= 50 digits).
 
-Written from the definitions in ``MATH.md`` only, without looking at the library's operators, so
+Written from the operators' mathematical definitions only (the README's method table and their
+sources), without looking at the library's operators, so
 that the accuracy tests compare two independent computations. Every function takes a plain
 sequence of floats ``x`` (float64 values are converted exactly with ``mpf``; ``-inf`` masks an
 entry), an integer ``k`` and a temperature ``tau``, works on ``z = (x - max x) / tau`` computed

@@ -362,7 +362,7 @@ def test_grad_enumeration_and_esp_agree() -> None:
 
 
 def test_reference_known_values() -> None:
-    """Golden vectors of MATH.md and closed forms the reference must reproduce."""
+    """Known values (hand-derived golden vectors) and closed forms the reference must reproduce."""
     logits = [math.log(q / (1 - q)) for q in (0.3, 0.6, 0.5, 0.2)]
     assert [round(float(v), 4) for v in ref.grad(logits, 2)] == [0.3568, 0.7622, 0.6595, 0.2216]
     x = [0.1, -2.0, 1.5, 0.7]

@@ -1,4 +1,4 @@
-"""topk_cli.inputs: every layout of SPEC.md, and every bad input named by file, row and column."""
+"""topk_cli.inputs: every input layout the README documents, and every bad input named by its place."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Accuracy of the sequential operators ``iterative`` and ``weighted-softmax``.
 
-The oracle is the naive recurrence of MATH.md run in mpmath at a precision high enough that
+The oracle is the naive recurrence of the operators' definition run in mpmath at a precision high enough that
 ``1 - p`` keeps its digits (``weighted-softmax`` needs ``q`` *relatively*, so the precision grows
 with the spread of ``z``). It starts from the same float64 ``z = (x - max x) / tau`` as the
 library, so the comparison measures the algorithm, not the rounding of the quotient.
