@@ -117,12 +117,23 @@ def test_orient_columns_with_pandas_default_index(tmp_path: Path) -> None:
     assert labels == EXPERTS and "pandas orient='columns'" in told[0]
 
 
-def test_orient_index_with_pandas_default_index_is_not_transposed(tmp_path: Path) -> None:
-    path = tmp_path / "index.json"
-    frame().to_json(path, orient="index")  # {"0": {"e0": ..., ...}, ...}: looks like orient='columns'
-    values, labels, _, told = read(path)
+def test_outer_keys_0_to_n_are_refused_as_ambiguous(tmp_path: Path) -> None:
+    # {"0": {"e0": ...}} is orient='index' of a frame with pandas' default index ...
+    index_path = tmp_path / "index.json"
+    frame().to_json(index_path, orient="index")
+    # ... and, just as well, the default orient of a frame with named rows and default column names:
+    # {"0": {"The": ...}} (a guess either way transposes one of them)
+    columns_path = tmp_path / "columns.json"
+    pd.DataFrame(SCORES.copy(), index=TOKENS).to_json(columns_path)
+    for path in (index_path, columns_path):
+        message = refused(path)
+        assert "the outer keys are 0.." in message and "--orient rows" in message and "--orient columns" in message
+    values, labels, _, _ = read(index_path, orient="rows")
     np.testing.assert_array_equal(values, SCORES)  # was read transposed: 5 vectors of 4 entries
-    assert labels == EXPERTS and "pandas orient='index'" in told[0]
+    assert labels == EXPERTS
+    values, labels, rows, _ = read(columns_path, orient="columns")
+    np.testing.assert_array_equal(values, SCORES)
+    assert rows == TOKENS and labels == ["0", "1", "2", "3", "4"]
 
 
 @pytest.mark.parametrize("orient", ["columns", "index"])

@@ -166,7 +166,13 @@ def _nested(
         elif _range_keys(inner) and not _range_keys(outer):
             orient, why = "columns", f"pandas orient='columns': the inner keys are its default index 0..{len(inner) - 1}"
         elif _range_keys(outer) and not _range_keys(inner):
-            orient, why = "rows", f"pandas orient='index': the outer keys are its default index 0..{len(outer) - 1}"
+            # outer keys 0..N-1 are pandas' default index under orient='index', and just as often its
+            # default column names under its default orient (a frame of unnamed columns with named rows)
+            raise InputError(
+                f"{source}: the outer keys are 0..{len(outer) - 1}: pandas' default index (orient='index') or its "
+                "default column names (orient='columns', named rows) alike; pass --orient rows (each outer key one "
+                "vector) or --orient columns (each outer key one column)"
+            )
         else:
             raise InputError(
                 f"{source}: cannot tell whether the outer keys of this object of objects name vectors or columns "
