@@ -201,7 +201,7 @@ def test_method_help_lists_every_method_and_input_format_is_a_choice() -> None:
     assert all(name in (method.help or "") for name in METHODS)
     code, _, err = run_cli("compute", "-k", "2", "--input-format", "xls", SCORES)
     assert code == 2
-    _one_line_error(err, "--input-format must be one of csv, tsv, json, jsonl, npy, npz, tab, ndjson, got 'xls'")
+    _one_line_error(err, "--input-format must be one of csv, tsv, json, jsonl, npy, npz, tab, ndjson, txt, got 'xls'")
     assert run_cli("compute", "-k", "2", "--input-format", "CSV", SCORES).code == 0
 
 

@@ -321,3 +321,12 @@ def test_inspect_records_the_csv_decisions(tmp_path) -> None:
     assert doc["labels_from"] == "column 'word'"
     assert doc["ignored"] == ["column 'flag'"]
     assert doc["row_names_from"] == "the name of column 'score'"
+
+
+def test_np_savetxt_default_txt_file_is_read(tmp_path) -> None:
+    # np.savetxt("f.txt", x): a .txt name and runs of spaces; the suffix used to be refused
+    x = np.random.default_rng(0).normal(size=(3, 4))
+    np.savetxt(tmp_path / "f.txt", x)
+    loaded = load_input(str(tmp_path / "f.txt"))
+    np.testing.assert_array_equal(loaded.values, x)
+    assert any("runs of spaces" in note for note in loaded.notes)

@@ -84,7 +84,7 @@ def _num(bound: float | None) -> str:
 #: Input formats, for ``--input-format`` and suffix detection (:mod:`topk_cli.inputs` reads them).
 INPUT_FORMATS: tuple[str, ...] = ("csv", "tsv", "json", "jsonl", "npy", "npz")
 #: Other names of those formats (as suffixes and as ``--input-format`` values).
-INPUT_FORMAT_ALIASES: dict[str, str] = {"tab": "tsv", "ndjson": "jsonl"}
+INPUT_FORMAT_ALIASES: dict[str, str] = {"tab": "tsv", "ndjson": "jsonl", "txt": "csv"}  # .txt: np.savetxt's default, separator sniffed
 
 #: Every method's CLI name, in the registry's order.
 METHOD_NAMES: tuple[str, ...] = (
