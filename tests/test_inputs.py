@@ -148,7 +148,7 @@ BAD_FILES = [
     ("pinf.csv", "a,b\n1,inf\n3,4\n", ["line 2, column 'b'", "+inf"]),
     ("words.csv", "a,b\nx,y\nz,w\n", ["no numeric column", "'a'", "'b'"]),
     ("dup.csv", "a,a\n1,2\n", ["duplicate column name 'a'"]),
-    ("data.txt", "1,2,3\n", ["data.txt", "suffix '.txt'", "--input-format"]),
+    ("data.dat", "1,2,3\n", ["data.dat", "suffix '.dat'", "--input-format"]),
     ("bad.json", "[1, 2,", ["bad.json", "malformed JSON", "line 1"]),
     ("ragged.json", "[[1, 2], [3]]", ["[1] has 1 entries, [0] has 2", "ragged"]),
     ("deep.json", "[[[1]]]", ["[0][0]: a list is not a number"]),
