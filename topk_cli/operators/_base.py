@@ -7,7 +7,12 @@ shifted and scaled:
 * ``z = (x - max_finite(x)) / tau`` row by row, so the largest finite entry of every row is 0;
 * masked entries (``x = -inf``) are ``-inf``; every other entry is finite and
   ``>= implementation.z_floor``; every row has at least ``k`` finite entries;
-* ``1 <= k <= n`` is a Python ``int``.
+* ``k`` is what the implementation declared it takes (:attr:`Implementation.row_k`): a Python
+  ``int`` with ``1 <= k <= #finite`` in every row (every implementation, when all rows share one
+  integer k), or, for an implementation with ``row_k=True``, a ``(B,)`` float64 array holding one
+  real ``k`` per row, ``0 < k[b] <= #finite entries of row b`` (an integer-only method gets
+  integer values there). The API groups the rows of an implementation without ``row_k`` by their
+  k (:func:`grouped_by_k`) so that it only ever sees one ``int``.
 
 ``forward(z, k)`` returns a :class:`Forward`; ``jacobian(fwd, z, k)`` returns ``dp/dz`` of shape
 ``(B, n, n)``; ``vjp(fwd, z, k, v)`` returns ``v^T dp/dz`` of shape ``(B, n)``. The public API
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Union
 
 import numpy as np
 from numpy.typing import NDArray
@@ -65,14 +71,22 @@ class Forward:
         return self.code
 
 
-ForwardFn = Callable[[FloatArray, int], Forward]
-JacobianFn = Callable[[Forward, FloatArray, int], FloatArray]
-VjpFn = Callable[[Forward, FloatArray, int, FloatArray], FloatArray]
-ForwardVjpFn = Callable[[FloatArray, int, FloatArray], tuple[Forward, FloatArray]]
+#: ``k`` as an implementation receives it: one ``int`` for every row, or (``row_k`` implementations
+#: only) a ``(B,)`` float64 array with one real k per row.
+KArg = Union[int, FloatArray]
+ForwardFn = Callable[[FloatArray, Any], Forward]
+JacobianFn = Callable[[Forward, FloatArray, Any], FloatArray]
+VjpFn = Callable[[Forward, FloatArray, Any, FloatArray], FloatArray]
+ForwardVjpFn = Callable[[FloatArray, Any, FloatArray], tuple[Forward, FloatArray]]
+#: ``dk(fwd, z, k)``: ``dp/dk`` of every entry, shape ``(B, n)`` (0 on masked entries).
+DkFn = Callable[[Forward, FloatArray, Any], FloatArray]
+#: ``log_weights(fwd, z, k)``: ``(log p, log(1 - p))``, each ``(B, n)``, accurate where ``p`` or
+#: ``1 - p`` is below the smallest normal float64 (``log p = -inf`` on masked entries).
+LogWeightsFn = Callable[[Forward, FloatArray, Any], tuple[FloatArray, FloatArray]]
 #: ``residual(rows)``: per entry of those rows, the rounding error ``lo`` of ``z`` (``z + lo`` is
 #: ``(x - max x) / tau`` to about ``u^2`` relative; 0 where it cannot be computed exactly).
 ResidualFn = Callable[[NDArray[np.intp]], FloatArray]
-RefineFn = Callable[[Forward, FloatArray, int, ResidualFn], Forward]
+RefineFn = Callable[[Forward, FloatArray, Any, ResidualFn], Forward]
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,9 @@ class Implementation:
     forward_vjp: ForwardVjpFn | None = None
     refine: RefineFn | None = None
     max_row_work: float | None = None
+    row_k: bool = False
+    dk: DkFn | None = None
+    log_weights: LogWeightsFn | None = None
 
 
 def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> Forward:
@@ -184,3 +201,125 @@ def average_ties(
 
     return tuple(mean(a) if a.ndim == 2 else np.stack([mean(a[:, :, c]) for c in range(a.shape[-1])], axis=-1)
                  for a in arrays)
+
+
+@dataclass
+class GroupedForward(Forward):
+    """The forward pass of an implementation without ``row_k`` on a batch whose rows have
+    different k: ``p``, ``q`` and the diagnosis of the whole batch, and ``parts``, one
+    ``(rows, k, fwd)`` per distinct k, whose ``fwd`` the derivatives of that group use."""
+
+    parts: list[tuple[NDArray[np.intp], int, Forward]] = field(default_factory=list)
+
+
+def _k_groups(k: FloatArray) -> list[tuple[NDArray[np.intp], int]]:
+    values, inverse = np.unique(k, return_inverse=True)
+    return [(np.flatnonzero(inverse == g), int(v)) for g, v in enumerate(values)]
+
+
+def _merged(bsz: int, parts: list[tuple[NDArray[np.intp], int, Forward]]) -> GroupedForward:
+    """One forward for ``bsz`` rows from the forwards of disjoint row groups (``aux`` stays per part:
+    its arrays may be shaped by k)."""
+    first = parts[0][2]
+    out = GroupedForward(p=np.zeros((bsz, *first.p.shape[1:])), q=np.zeros((bsz, *first.q.shape[1:])), parts=parts)
+    failed = any(fwd.code is not None for _, _, fwd in parts)
+    code = np.full(bsz, OK, dtype="<U16")
+    level = np.full(bsz, -1, dtype=np.int64)
+    value = np.full(bsz, np.nan)
+    elementwise = np.zeros(bsz, dtype=bool)
+    shared = set.intersection(*(set(fwd.aux) for _, _, fwd in parts))
+    for rows, _, fwd in parts:
+        out.p[rows], out.q[rows] = fwd.p, fwd.q
+        code[rows] = fwd.codes()
+        level[rows] = -1 if fwd.level is None else fwd.level
+        value[rows] = np.nan if fwd.value is None else fwd.value
+        elementwise[rows] = False if fwd.elementwise_rows is None else fwd.elementwise_rows
+        out.messages.update({int(rows[b]): msg for b, msg in fwd.messages.items()})
+    # per-entry aux of the same shape in every part (e.g. a Monte-Carlo stderr) is merged too
+    for name in shared:
+        arrays = [fwd.aux[name] for _, _, fwd in parts]
+        if all(a.shape[1:] == arrays[0].shape[1:] for a in arrays):
+            merged = np.zeros((bsz, *arrays[0].shape[1:]), dtype=arrays[0].dtype)
+            for (rows, _, _), a in zip(parts, arrays, strict=True):
+                merged[rows] = a
+            out.aux[name] = merged
+    if failed:
+        out.code, out.level, out.value = code, level, value
+    if any(fwd.elementwise_rows is not None for _, _, fwd in parts):
+        out.elementwise_rows = elementwise
+    return out
+
+
+def grouped_by_k(impl: Implementation) -> Implementation:
+    """``impl`` (which takes one ``int`` k) as a ``row_k`` implementation: rows are grouped by
+    their k (integer values), each group is computed by ``impl`` with that k, and the parts merged.
+    Results are bitwise those of ``impl`` called on each group alone."""
+
+    def part(fwd: Forward, rows: NDArray[np.intp], sub: Forward) -> Forward:
+        # the API may have averaged p and q over ties on the merged forward: the parts see it
+        sub.p, sub.q = fwd.p[rows], fwd.q[rows]
+        return sub
+
+    def forward(z: FloatArray, k: Any) -> Forward:
+        if not isinstance(k, np.ndarray):
+            return impl.forward(z, k)
+        return _merged(z.shape[0], [(rows, kv, impl.forward(z[rows], kv)) for rows, kv in _k_groups(k)])
+
+    def each(fwd: Forward, fn: Callable[[Forward, NDArray[np.intp], int], FloatArray], shape: tuple[int, ...]) -> FloatArray:
+        assert isinstance(fwd, GroupedForward)
+        out = np.zeros(shape)
+        for rows, kv, sub in fwd.parts:
+            out[rows] = fn(part(fwd, rows, sub), rows, kv)
+        return out
+
+    def jacobian(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+        if not isinstance(fwd, GroupedForward):
+            return impl.jacobian(fwd, z, k)
+        return each(fwd, lambda sub, rows, kv: impl.jacobian(sub, z[rows], kv), (*z.shape, z.shape[1]))
+
+    def vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatArray:
+        if not isinstance(fwd, GroupedForward):
+            return impl.vjp(fwd, z, k, v)
+        return each(fwd, lambda sub, rows, kv: impl.vjp(sub, z[rows], kv, v[rows]), z.shape)
+
+    dk = None
+    if impl.dk is not None:
+        inner_dk = impl.dk
+
+        def dk_fn(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+            if not isinstance(fwd, GroupedForward):
+                return inner_dk(fwd, z, k)
+            return each(fwd, lambda sub, rows, kv: inner_dk(sub, z[rows], kv), z.shape)
+
+        dk = dk_fn
+    log_weights = None
+    if impl.log_weights is not None:
+        inner_log = impl.log_weights
+
+        def log_fn(fwd: Forward, z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray]:
+            if not isinstance(fwd, GroupedForward):
+                return inner_log(fwd, z, k)
+            logp, logq = np.zeros(z.shape), np.zeros(z.shape)
+            for rows, kv, sub in fwd.parts:
+                logp[rows], logq[rows] = inner_log(part(fwd, rows, sub), z[rows], kv)
+            return logp, logq
+
+        log_weights = log_fn
+    refine = None
+    if impl.refine is not None:
+        inner_refine = impl.refine
+
+        def refine_fn(fwd: Forward, z: FloatArray, k: Any, residual: ResidualFn) -> Forward:
+            if not isinstance(fwd, GroupedForward):
+                return inner_refine(fwd, z, k, residual)
+            parts = [
+                (rows, kv, inner_refine(sub, z[rows], kv, lambda r, rows=rows: residual(rows[r])))
+                for rows, kv, sub in fwd.parts
+            ]
+            return _merged(z.shape[0], parts)
+
+        refine = refine_fn
+    return Implementation(
+        forward=forward, jacobian=jacobian, vjp=vjp, elementwise=impl.elementwise, z_floor=impl.z_floor,
+        forward_vjp=None, refine=refine, max_row_work=impl.max_row_work, row_k=True, dk=dk, log_weights=log_weights,
+    )
