@@ -11,8 +11,10 @@ import numpy as np
 from topk_cli.api import get_method
 from topk_cli.operators._base import FloatArray
 from topk_cli.properties.evaluator import Evaluator
+from topk_cli.properties.in_k import check_continuous_k, check_monotone_k, k_applies
 from topk_cli.properties.results import (
     _MAX_JACOBIAN_CASES,
+    _MAX_REAL_K_JACOBIAN_CASES,
     TOL_ABS,
     TOL_HARD_LIMIT,
     TOL_JACOBIAN,
@@ -50,43 +52,44 @@ class Check(Protocol):
     def __call__(self, method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult: ...
 
 
-_Items = Callable[[Evaluator, FloatArray, int, float], list[tuple[FloatArray, int, float]]]
+_K = int | float  # an int, or a non-integer real k (the methods that take one)
+_Items = Callable[[Evaluator, FloatArray, _K, float], list[tuple[FloatArray, _K, float]]]
 """The single-vector evaluations ``(x, k, tau)`` a violation looks at for the case ``(x, k, tau)``
 (exactly those, so that batching them ahead costs no operator call the violation would not make)."""
 
 
-def _plain_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _plain_items(ev: Evaluator, x: FloatArray, k: _K, tau: float) -> list[tuple[FloatArray, _K, float]]:
     return [(x, k, tau)]
 
 
-def _pair_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _pair_items(ev: Evaluator, x: FloatArray, k: _K, tau: float) -> list[tuple[FloatArray, _K, float]]:
     return [(x, k, tau)] if x.shape[-1] >= 2 else []
 
 
-def _strict_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _strict_items(ev: Evaluator, x: FloatArray, k: _K, tau: float) -> list[tuple[FloatArray, _K, float]]:
     return [(x, k, tau)] if ev.memo(_strict_pairs, x, k, tau) is not None else []
 
 
-def _k1_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _k1_items(ev: Evaluator, x: FloatArray, k: _K, tau: float) -> list[tuple[FloatArray, _K, float]]:
     return [(x, k, tau)] if k == 1 else []
 
 
-def _jacobian_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _jacobian_items(ev: Evaluator, x: FloatArray, k: _K, tau: float) -> list[tuple[FloatArray, _K, float]]:
     stencil = _fd_stencil(x, tau) if np.isfinite(x).all() else None
     fd = [] if stencil is None else [(row, k, tau) for row in stencil[1].reshape(-1, x.shape[-1])]
     return [(x, k, tau), *fd]
 
 
-def _shift_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _shift_items(ev: Evaluator, x: FloatArray, k: _K, tau: float) -> list[tuple[FloatArray, _K, float]]:
     y, x_back, _ = ev.memo(_shift_rows, x, k, tau)
     return [(x_back, k, tau), (y, k, tau)]
 
 
-def _permutation_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _permutation_items(ev: Evaluator, x: FloatArray, k: _K, tau: float) -> list[tuple[FloatArray, _K, float]]:
     return [(x, k, tau)] + [(x[perm], k, tau) for perm in _permutations(x.shape[-1])]
 
 
-def _hard_limit_items(ev: Evaluator, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, int, float]]:
+def _hard_limit_items(ev: Evaluator, x: FloatArray, k: _K, tau: float) -> list[tuple[FloatArray, _K, float]]:
     limit = ev.memo(_limit_row, x, k, tau)
     return [] if limit is None else [(limit[1], k, 1.0)]
 
@@ -105,6 +108,7 @@ def _run_check(
 ) -> PropertyResult:
     spec = get_method(method)
     expected = spec.guarantees.as_dict()[prop]
+    cases = [c for c in cases if k_applies(method, c.k)]  # a non-integer k: real-k methods only
     # a Monte-Carlo estimate is judged within MONTE_CARLO_STDERRS of its standard errors (the slack)
     within = MONTE_CARLO_STDERRS if spec.capabilities.monte_carlo else None
     if items is not None:
@@ -138,11 +142,11 @@ def _run_check(
     if shrink:
         floor = max(tol, 1e-2 * m.value) if math.isfinite(m.value) else tol  # keep it a clear failure
 
-        def violates(y: FloatArray, kk: int) -> bool:
+        def violates(y: FloatArray, kk: _K) -> bool:
             mm = violation(ev, method, y, kk, tau)
             return mm is not None and (failure_counts or not mm.failed) and mm.value > floor + mm.slack
 
-        def prefetch(candidates: Sequence[tuple[FloatArray, int]]) -> None:
+        def prefetch(candidates: Sequence[tuple[FloatArray, _K]]) -> None:
             if items is not None:
                 ev.prefetch(method, [item for y, kk in candidates for item in items(ev, y, kk, tau)])
 
@@ -234,12 +238,19 @@ def check_softmax_at_k1(method: str, cases: Sequence[Case], *, evaluator: Evalua
 
 
 def _jacobian_cases(cases: Sequence[Case]) -> list[Case]:
-    """At most :data:`_MAX_JACOBIAN_CASES` cases with n <= 10, spread evenly over ``cases``."""
+    """At most :data:`_MAX_JACOBIAN_CASES` cases with n <= 10 and an integer k, spread evenly over
+    ``cases``, then at most :data:`_MAX_REAL_K_JACOBIAN_CASES` with a non-integer k."""
+    integer = [c for c in cases if float(c.k).is_integer()]
+    real = [c for c in cases if not float(c.k).is_integer()]
+    return _spread(integer, _MAX_JACOBIAN_CASES) + _spread(real, _MAX_REAL_K_JACOBIAN_CASES)
+
+
+def _spread(cases: Sequence[Case], limit: int) -> list[Case]:
     small = [c for c in cases if len(c.x) <= 10]
-    if len(small) <= _MAX_JACOBIAN_CASES:
+    if len(small) <= limit:
         return small
-    step = len(small) / _MAX_JACOBIAN_CASES
-    return [small[int(i * step)] for i in range(_MAX_JACOBIAN_CASES)]
+    step = len(small) / limit
+    return [small[int(i * step)] for i in range(limit)]
 
 
 def check_jacobian(method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult:
@@ -275,4 +286,6 @@ CHECKS: dict[str, Check] = {
     "smooth": check_smooth,
     "jacobian": check_jacobian,
     "finite": check_finite,
+    "monotone-k": check_monotone_k,
+    "continuous-k": check_continuous_k,
 }

@@ -33,7 +33,7 @@ class _Row:
     stderr: FloatArray | None = None  # (1, n), Monte-Carlo methods only
 
 
-_Key = tuple[str, bytes, int, int, float]
+_Key = tuple[str, bytes, int, Any, float]  # k: an int, or a non-integer real k
 _T = TypeVar("_T")
 
 
@@ -48,19 +48,19 @@ class Evaluator:
     def __init__(self, limit: int = 200_000) -> None:
         self.limit = limit
         self._rows: dict[_Key, _Row] = {}
-        self._memo: dict[tuple[Any, bytes, int, int, float], Any] = {}
+        self._memo: dict[tuple[Any, bytes, int, Any, float], Any] = {}
 
     @staticmethod
-    def _key(method: str, x: FloatArray, k: int, tau: float) -> _Key:
+    def _key(method: str, x: FloatArray, k: int | float, tau: float) -> _Key:
         if x.dtype != np.float64:
             x = x.astype(np.float64)
         return (method, x.tobytes(), x.shape[-1], k, float(tau))  # tobytes: C order, for any strides
 
-    def prefetch(self, method: str, items: Sequence[tuple[FloatArray, int, float]]) -> None:
+    def prefetch(self, method: str, items: Sequence[tuple[FloatArray, Any, float]]) -> None:
         """Evaluate many single vectors in batches of equal (n, k, tau): one API call per batch."""
         if len(self._rows) > self.limit:
             self._rows.clear()
-        groups: dict[tuple[int, int, float], dict[_Key, FloatArray]] = {}
+        groups: dict[tuple[int, Any, float], dict[_Key, FloatArray]] = {}
         for x, k, tau in items:
             key = self._key(method, x, k, tau)
             if key not in self._rows:
@@ -76,14 +76,14 @@ class Evaluator:
                 se = None if stderr is None else stderr[i : i + 1]
                 self._rows[key] = _Row(weights[i : i + 1], r.complement[i : i + 1], failure, se)
 
-    def row(self, method: str, x: FloatArray, k: int, tau: float) -> _Row:
+    def row(self, method: str, x: FloatArray, k: int | float, tau: float) -> _Row:
         """The (memoised) evaluation of ``method`` on the single vector ``x``."""
         key = self._key(method, x, k, tau)
         if key not in self._rows:
             self.prefetch(method, [(x, k, tau)])
         return self._rows[key]
 
-    def memo(self, fn: Callable[[FloatArray, int, float], _T], x: FloatArray, k: int, tau: float) -> _T:
+    def memo(self, fn: Callable[[FloatArray, Any, float], _T], x: FloatArray, k: int | float, tau: float) -> _T:
         """``fn(x, k, tau)``, computed once for equal ``(fn, x, k, tau)``.
 
         For the pure, method-independent geometry of a case that both a check's prefetch list and
@@ -121,8 +121,9 @@ def _z(x: FloatArray, tau: float) -> FloatArray:
         return np.where(finite, (x - top) / tau, -np.inf)
 
 
-def _hard(x: FloatArray, k: int) -> FloatArray:
-    """``T_k(x)`` with ties at the k-th value sharing the remaining mass."""
+def _hard(x: FloatArray, k: int | float) -> FloatArray:
+    """``T_k(x)`` with ties at the k-th value sharing the remaining mass (a real k: 1 above the
+    ``ceil(k)``-th largest value, the entries equal to it sharing ``k - #above``)."""
     return hard_topk_weights(x, k)
 
 

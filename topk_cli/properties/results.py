@@ -26,6 +26,9 @@ PROPERTIES: tuple[str, ...] = (
     "finite",
 )
 
+#: Properties in k itself, measured for the methods that take a real k (after :data:`PROPERTIES`).
+K_PROPERTIES: tuple[str, ...] = ("monotone-k", "continuous-k")
+
 #: Sizes, spreads and offsets of the default adversarial suite.
 SUITE_SIZES: tuple[int, ...] = (1, 2, 3, 5, 10, 50)
 SUITE_SPREADS: tuple[float, ...] = (1e-3, 1e-1, 1.0, 10.0, 1e3)
@@ -39,6 +42,9 @@ HARD_LIMIT_TAU_OVER_GAP = 1e-3
 UNDERFLOW_SPAN = 600.0
 _MAX_SMOOTH_CASES = 10
 _MAX_JACOBIAN_CASES = 60
+#: Cases with a non-integer k added to those of ``smooth`` and ``jacobian`` (methods taking one).
+_MAX_REAL_K_SMOOTH_CASES = 4
+_MAX_REAL_K_JACOBIAN_CASES = 20
 _FD_STEP = 1e-5
 _SMOOTH_STEP = 4e-2
 #: Refusal codes a pole produces; only these are probed for one (see ``_pole_probe``).
@@ -57,7 +63,7 @@ class Case:
     """One input of a check: the vector ``x``, ``k`` and the temperature ``tau``."""
 
     x: tuple[float, ...]
-    k: int
+    k: int | float  # an int, or a non-integer real k (methods that take one)
     tau: float = 1.0
     label: str = ""
 
@@ -75,21 +81,29 @@ class Counterexample:
 
     method: str
     x: tuple[float, ...]
-    k: int
+    k: int | float
     tau: float
     detail: str
+    k2: int | float | None = None  # a property in k: the second k the failure compares with
 
     @property
     def command(self) -> str:
-        """The ``softtopk compute`` command that shows the failure."""
+        """The ``softtopk compute`` command that shows the failure (two, joined by ``&&``, for a
+        property in k: the same vector at ``k`` and at ``k2``)."""
         values = ",".join(_fmt(v) for v in self.x)
-        return f"softtopk compute -m {self.method} -k {self.k} --tau {_fmt(self.tau)} --values={values}"
+        ks = (self.k,) if self.k2 is None else (self.k, self.k2)
+        return " && ".join(
+            f"softtopk compute -m {self.method} -k {_fmt_k(k)} --tau {_fmt(self.tau)} --values={values}" for k in ks
+        )
 
     def as_dict(self) -> dict[str, object]:
         """JSON-able form (the ``counterexample`` object of the JSON output)."""
-        return {
+        out: dict[str, object] = {
             "x": list(self.x), "k": self.k, "tau": self.tau, "detail": self.detail, "command": self.command,
         }
+        if self.k2 is not None:
+            out["k2"] = self.k2
+        return out
 
 
 @dataclass(frozen=True)
@@ -171,6 +185,11 @@ def _fmt(v: float) -> str:
     """Shortest text that reads back as the same float64 (``2`` for 2.0)."""
     text = repr(float(v))
     return text[:-2] if text.endswith(".0") else text
+
+
+def _fmt_k(k: int | float) -> str:
+    """``k`` as the command line reads it back: ``2`` for an integer, the shortest float text else."""
+    return str(k) if isinstance(k, (int, np.integer)) else _fmt(k)
 
 
 def _vec(a: ArrayLike, digits: int = 4) -> str:

@@ -16,27 +16,37 @@ fewer operator calls.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
 
+_K = int | float  # an int, or a non-integer real k (the methods that take one)
 #: Candidates ``(y, k)`` the shrinker is about to try, in the order it will try them.
-Prefetch = Callable[[Sequence[tuple[FloatArray, int]]], None]
+Prefetch = Callable[[Sequence[tuple[FloatArray, Any]]], None]
 
 #: Candidates in the second batch of a sweep (8 dropped entries with their up to 3 values of k).
 NEXT_BATCH = 24
 
 
+def _less(k: _K, size: int) -> _K:
+    """``k - size``, at least 1 for an integer k and at least the fractional part for a real one."""
+    if isinstance(k, (int, np.integer)):
+        return max(1, k - size)
+    return max(k - math.floor(k) or 1.0, k - size)
+
+
 def _shrink(
-    violates: Callable[[FloatArray, int], bool],
+    violates: Callable[[FloatArray, Any], bool],
     x: FloatArray,
-    k: int,
+    k: _K,
     budget: int = 300,
     prefetch: Prefetch | None = None,
-) -> tuple[FloatArray, int]:
+) -> tuple[FloatArray, Any]:
     """Fewest entries, then simplest values, while ``violates`` stays true.
 
     At most ``budget`` calls of ``violates``. Unless the budget runs out, the result is
@@ -47,10 +57,10 @@ def _shrink(
     """
     calls = 0
 
-    def admissible(y: FloatArray, kk: int) -> bool:
-        return 1 <= kk <= np.isfinite(y).sum()
+    def admissible(y: FloatArray, kk: int | float) -> bool:
+        return 0 < kk <= np.isfinite(y).sum()  # an integer k >= 1, or a real k of a method taking one
 
-    def attempt(y: FloatArray, kk: int) -> bool:
+    def attempt(y: FloatArray, kk: _K) -> bool:
         nonlocal calls
         if calls >= budget or not admissible(y, kk):
             return False
@@ -60,7 +70,7 @@ def _shrink(
         except InvalidArgumentError:
             return False
 
-    def first(candidates: Sequence[tuple[FloatArray, int]], likely: int = 0) -> int | None:
+    def first(candidates: Sequence[tuple[FloatArray, _K]], likely: int = 0) -> int | None:
         """Index of the first candidate that still fails, tried in order (None: none does).
 
         ``likely`` is where the caller expects it. With ``prefetch``, candidates ``0..likely`` go
@@ -90,7 +100,7 @@ def _shrink(
                 return j
         return None
 
-    def drop_entries(x: FloatArray, k: int) -> tuple[FloatArray, int]:
+    def drop_entries(x: FloatArray, k: _K) -> tuple[FloatArray, _K]:
         likely = 0  # a sweep tends to succeed where the one before it did
         while x.size > 1:
             candidates = [
@@ -105,7 +115,7 @@ def _shrink(
             likely = j
         return x, k
 
-    def drop_chunks(x: FloatArray, k: int) -> tuple[FloatArray, int]:
+    def drop_chunks(x: FloatArray, k: _K) -> tuple[FloatArray, _K]:
         size = x.size // 2
         while size >= 2:
             size = min(size, x.size // 2)
@@ -114,7 +124,7 @@ def _shrink(
             # k as is, or less the chunk's size (as if it held selected entries, the analogue of a
             # single drop's k - 1), or at most the entries left: the same three values for every
             # chunk of a size, so a batch costs at most three operator calls
-            ks = dict.fromkeys((k, max(1, k - size), min(k, x.size - size)))
+            ks = dict.fromkeys((k, _less(k, size), min(k, x.size - size)))
             candidates = [
                 (y, kk)
                 for y in (np.concatenate((x[:start], x[start + size :])) for start in range(0, x.size - size + 1, size))

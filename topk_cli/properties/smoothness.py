@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from numpy.typing import ArrayLike
 from topk_cli.api import TopKResult, evaluate, get_method
 from topk_cli.operators._base import FloatArray
 from topk_cli.properties.evaluator import Evaluator, _z
+from topk_cli.properties.in_k import k_applies
 from topk_cli.properties.results import (
+    _MAX_REAL_K_SMOOTH_CASES,
     _MAX_REFUSED_SMOOTH_CASES,
     _MAX_SMOOTH_CASES,
     _POLE_CODES,
@@ -47,7 +50,7 @@ class _Bisection:
 
 
 def _bisect_entries(
-    method: str, x: FloatArray, k: int, tau: float, tasks: Sequence[tuple[int, Callable[[FloatArray, FloatArray], np.ndarray]]]
+    method: str, x: FloatArray, k: int | float, tau: float, tasks: Sequence[tuple[int, Callable[[FloatArray, FloatArray], np.ndarray]]]
 ) -> list[FloatArray | None]:
     """Move ``x_i`` to where ``predicate`` (monotone in x_i) switches from False to True, per task.
 
@@ -103,20 +106,29 @@ def _saturated(weights: FloatArray, complement: FloatArray, *, i: int) -> np.nda
     return np.asarray(complement[:, i] <= 0.0)
 
 
-def _candidate_points(method: str, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, str]]:
-    """Points where a kink or jump would sit: ties and p_i crossings at 1/2, 1 and 0."""
+def _candidate_points(method: str, x: FloatArray, k: int | float, tau: float) -> list[tuple[FloatArray, str]]:
+    """Points where a kink or jump would sit: ties and p_i crossings at 1/2, 1 and 0.
+
+    For a non-integer k, ``j = ceil(k)`` stands for k: the ``j``-th largest entry holds the
+    fractional mass, and ties with both of its neighbours are candidates.
+    """
     n = x.shape[-1]
     order = np.argsort(-x, kind="stable")
     out: list[tuple[FloatArray, str]] = []
-    if k < n:
+    j = math.ceil(k)
+    if j < n:
         y = x.copy()
-        y[order[k]] = y[order[k - 1]]
+        y[order[j]] = y[order[j - 1]]
         out.append((y, "tie at the k-th value"))
+    if not float(k).is_integer() and j >= 2:
+        y = x.copy()
+        y[order[j - 1]] = y[order[j - 2]]
+        out.append((y, "tie above the ceil(k)-th value"))
     if n >= 3:
         y = x.copy()
         y[order[-1]] = y[order[-2]]
         out.append((y, "tie at the minimum"))
-    entries = sorted({int(order[k - 1]), int(order[min(k, n - 1)]), int(order[0])})
+    entries = sorted({int(order[j - 1]), int(order[min(j, n - 1)]), int(order[0])})
     tasks: list[tuple[int, Callable[[FloatArray, FloatArray], np.ndarray]]] = []
     names: list[str] = []
     for i in entries:
@@ -140,7 +152,7 @@ def _line_points(x0: FloatArray, tau: float, d: FloatArray, ts: ArrayLike) -> Fl
     return np.asarray(x0[None, :] + t[:, None] * (d * tau)[None, :], dtype=np.float64)
 
 
-def _accepted_edge(method: str, x0: FloatArray, k: int, tau: float, d: FloatArray, t0: float, side: int) -> float | None:
+def _accepted_edge(method: str, x0: FloatArray, k: int | float, tau: float, d: FloatArray, t0: float, side: int) -> float | None:
     """Distance from ``t0`` (refused) to the first accepted point on ``side`` (+1 or -1), or None.
 
     A geometric grid of distances (2^-30 .. 4, in units of tau) locates the edge of the refused
@@ -156,7 +168,7 @@ def _accepted_edge(method: str, x0: FloatArray, k: int, tau: float, d: FloatArra
     return float(fine[int(np.argmax(ok))])  # the last one (a) is accepted
 
 
-def _pole_probe(method: str, x0: FloatArray, k: int, tau: float, d: FloatArray, t0: float) -> tuple[float, str] | None:
+def _pole_probe(method: str, x0: FloatArray, k: int | float, tau: float, d: FloatArray, t0: float) -> tuple[float, str] | None:
     """Evidence of a pole of ``t -> p(x0 + t d)`` in the refused stretch around ``t0``.
 
     From the refused ``t0`` the probe walks outwards on both sides until the method accepts
@@ -207,7 +219,7 @@ def _line_ts() -> FloatArray:
 
 
 def _evaluate_lines(
-    method: str, lines: Sequence[tuple[FloatArray, FloatArray]], k: int, tau: float
+    method: str, lines: Sequence[tuple[FloatArray, FloatArray]], k: int | float, tau: float
 ) -> list[tuple[FloatArray, np.ndarray]]:
     """``(weights, status)`` on the points of each line ``(x0, d)``, in one operator call."""
     if not lines:
@@ -219,7 +231,7 @@ def _evaluate_lines(
 
 
 def _line_class(
-    method: str, x0: FloatArray, k: int, tau: float, d: FloatArray, rows: tuple[FloatArray, np.ndarray] | None = None
+    method: str, x0: FloatArray, k: int | float, tau: float, d: FloatArray, rows: tuple[FloatArray, np.ndarray] | None = None
 ) -> tuple[str, float, str] | None:
     """Smoothness class of ``t -> p(x0 + t d)`` at ``t = 0`` (d in units of tau), None if unmeasured.
 
@@ -285,7 +297,7 @@ def _direction(rng: np.random.Generator, n: int) -> FloatArray:
     return d
 
 
-def _point_class(method: str, x0: FloatArray, k: int, tau: float) -> tuple[str, float, str]:
+def _point_class(method: str, x0: FloatArray, k: int | float, tau: float) -> tuple[str, float, str]:
     """Worst class along two fixed-seed random lines through ``x0``."""
     if x0.shape[-1] < 2 or not np.isfinite(x0).all():
         return "C-infinity", 0.0, ""
@@ -307,7 +319,7 @@ def _refused_for_pole(r: TopKResult) -> np.ndarray:
     return np.asarray(np.isin(r.status, list(_POLE_CODES)))
 
 
-def _ray_candidates(method: str, x: FloatArray, k: int, tau: float) -> list[tuple[FloatArray, str]]:
+def _ray_candidates(method: str, x: FloatArray, k: int | float, tau: float) -> list[tuple[FloatArray, str]]:
     """Refused points on the ray ``max x + c (x - max x)`` (spread in z from 0.1 to 50).
 
     A pole (``weighted-softmax``, k >= 3) is a hypersurface that rays through a vector cross at
@@ -352,7 +364,7 @@ def _ray_candidates(method: str, x: FloatArray, k: int, tau: float) -> list[tupl
     return out
 
 
-def _smooth_measure(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> tuple[str, float, str, FloatArray] | None:
+def _smooth_measure(ev: Evaluator, method: str, x: FloatArray, k: int | float, tau: float) -> tuple[str, float, str, FloatArray] | None:
     """Worst class over lines through ``x`` and its candidate points, None when nothing was measured.
 
     A base point the method refuses is measured only for a pole (lines through it go to
@@ -382,9 +394,17 @@ def _smooth_measure(ev: Evaluator, method: str, x: FloatArray, k: int, tau: floa
 
 
 def _smooth_cases(cases: Sequence[Case]) -> list[Case]:
-    """A bounded, deterministic subset of cases where kinks can be located (n <= 10)."""
+    """A bounded, deterministic subset of cases where kinks can be located (n <= 10): up to
+    :data:`_MAX_SMOOTH_CASES` with an integer k, then up to :data:`_MAX_REAL_K_SMOOTH_CASES` with a
+    non-integer k (the methods that take one)."""
+    integer = [c for c in cases if float(c.k).is_integer()]
+    real = [c for c in cases if not float(c.k).is_integer()]
+    return _some_smooth_cases(integer, _MAX_SMOOTH_CASES) + _some_smooth_cases(real, _MAX_REAL_K_SMOOTH_CASES)
+
+
+def _some_smooth_cases(cases: Sequence[Case], limit: int) -> list[Case]:
     chosen: list[Case] = []
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int, int | float]] = set()
     for c in cases:
         x = c.array
         n = x.shape[-1]
@@ -394,11 +414,11 @@ def _smooth_cases(cases: Sequence[Case]) -> list[Case]:
         if not 0.05 <= float(z.max() - z.min()) <= 50:
             continue
         key = (n, c.k)
-        if key in seen and len(chosen) >= _MAX_SMOOTH_CASES // 2:
+        if key in seen and len(chosen) >= limit // 2:
             continue
         seen.add(key)
         chosen.append(c)
-        if len(chosen) >= _MAX_SMOOTH_CASES:
+        if len(chosen) >= limit:
             break
     return chosen
 
@@ -441,6 +461,7 @@ def check_smooth(method: str, cases: Sequence[Case], *, evaluator: Evaluator | N
             expected_smoothness=spec.guarantees.smoothness,
         )
     ev = evaluator if evaluator is not None else Evaluator()
+    cases = [c for c in cases if k_applies(method, c.k)]  # a non-integer k: real-k methods only
     worst: tuple[str, float, str, FloatArray, Case] | None = None
     checked = skipped = 0
     chosen = _smooth_cases(cases)
@@ -467,7 +488,7 @@ def check_smooth(method: str, cases: Sequence[Case], *, evaluator: Evaluator | N
         k = case.k
         rank = _CLASS_RANK[cls]
 
-        def violates(y: FloatArray, kk: int) -> bool:
+        def violates(y: FloatArray, kk: int | float) -> bool:
             return _CLASS_RANK[_point_class(method, y, kk, case.tau)[0]] >= rank
 
         x0, k = _shrink(violates, x0, k, budget=60)

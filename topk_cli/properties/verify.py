@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -13,8 +15,10 @@ from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
 from topk_cli.properties.checks import CHECKS
 from topk_cli.properties.evaluator import Evaluator
+from topk_cli.properties.in_k import is_integer_k, takes_real_k
 from topk_cli.properties.results import (
     _POLE_CODES,
+    K_PROPERTIES,
     PROPERTIES,
     SUITE_OFFSETS,
     SUITE_SIZES,
@@ -26,10 +30,15 @@ from topk_cli.properties.results import (
 from topk_cli.registry import METHODS
 
 
-def _suite_ks(n: int, k: int | None) -> list[int]:
+def _suite_ks(n: int, k: int | float | None) -> list[int | float]:
     if k is not None:
         return [k] if k <= n else []
     return sorted({kk for kk in (1, 2, max(1, n // 3), n - 1, n) if 1 <= kk <= n})
+
+
+def _real_suite_ks(n: int) -> list[float]:
+    """The non-integer k of the suite for the methods that take one: 0.5, 1.5 and n - 0.5 (in (0, n))."""
+    return sorted({kk for kk in (0.5, 1.5, n - 0.5) if 0 < kk < n})
 
 
 def _is_int(value: object) -> bool:
@@ -40,21 +49,30 @@ def _is_real(value: object) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def _check_k(k: object) -> None:
-    if k is not None:  # None: every k of the suite
-        check_k(k)
+def _check_k(k: object) -> int | float | None:
+    """``k`` as the suite uses it: None (every k of the suite), an ``int``, or a non-integer real
+    ``k > 0`` (for the methods that take one; the others have no case at such a k)."""
+    if k is None or is_integer_k(k):
+        return None if k is None else check_k(k)
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (float, np.floating)) or not (math.isfinite(k) and k > 0):
+        raise InvalidArgumentError(f"k must be an integer >= 1 or a real number > 0, got {k!r}")
+    return float(k)
 
 
-def default_suite(*, trials: int = 3, seed: int = 0, k: int | None = None) -> tuple[Case, ...]:
+def default_suite(
+    *, trials: int = 3, seed: int = 0, k: int | float | None = None, real_k: bool = False
+) -> tuple[Case, ...]:
     """The deterministic adversarial suite of ``verify-properties``.
 
     Per trial and size n in :data:`SUITE_SIZES`: a random vector at each spread of
     :data:`SUITE_SPREADS` (rotating offsets 0 and 1e6), a vector with ties, one with near-ties
     (relative gaps 1e-9), small integers with a tie at the k-th value; each at k = 1, 2, n/3,
-    n-1, n (or the given k), tau = 1. Same ``seed`` and ``trials``, same cases.
+    n-1, n (or the given k), tau = 1. With ``real_k`` (and no given k), the same vectors at the
+    non-integer k = 0.5, 1.5, n - 0.5 follow, for the methods that take a real k. Same ``seed``
+    and ``trials``, same cases; the integer-k cases do not depend on ``real_k``.
 
     Raises:
-        InvalidArgumentError: ``trials < 1`` or ``k < 1``.
+        InvalidArgumentError: ``trials < 1`` or a k that is neither an integer >= 1 nor a real > 0.
 
     >>> len(default_suite(trials=1)) > 100
     True
@@ -63,9 +81,10 @@ def default_suite(*, trials: int = 3, seed: int = 0, k: int | None = None) -> tu
         raise InvalidArgumentError(f"trials must be an integer >= 1, got {trials!r}")
     if not _is_int(seed) or seed < 0:
         raise InvalidArgumentError(f"seed must be an integer >= 0, got {seed!r}")
-    _check_k(k)
+    k = _check_k(k)
     rng = np.random.default_rng(seed)
     cases: list[Case] = []
+    real: list[Case] = []
     for t in range(trials):
         for n in SUITE_SIZES:
             vectors: list[tuple[FloatArray, str]] = []
@@ -82,11 +101,16 @@ def default_suite(*, trials: int = 3, seed: int = 0, k: int | None = None) -> tu
             for x, label in vectors:
                 for kk in _suite_ks(n, k):
                     cases.append(Case(tuple(float(v) for v in x), kk, 1.0, f"n={n} {label}"))
-    return tuple(cases)
+                if real_k and k is None:
+                    real += [Case(tuple(float(v) for v in x), kk, 1.0, f"n={n} {label}") for kk in _real_suite_ks(n)]
+    return tuple(cases + real)
 
 
-def cases_from_vectors(vectors: ArrayLike, k: int | None = None, *, tau: float = 1.0) -> tuple[Case, ...]:
-    """Cases from user vectors (rows of a 2-D array): the given k, or k = 1, 2, n/3, n-1, n.
+def cases_from_vectors(
+    vectors: ArrayLike, k: int | float | None = None, *, tau: float = 1.0, real_k: bool = False
+) -> tuple[Case, ...]:
+    """Cases from user vectors (rows of a 2-D array): the given k, or k = 1, 2, n/3, n-1, n
+    (followed, with ``real_k``, by every row at k = 0.5, 1.5, n - 0.5).
 
     Raises:
         InvalidArgumentError: not a 1-D/2-D array of reals, or k larger than every row.
@@ -94,7 +118,7 @@ def cases_from_vectors(vectors: ArrayLike, k: int | None = None, *, tau: float =
     >>> [c.k for c in cases_from_vectors([[3.0, 1.0, 2.0]])]
     [1, 2, 3]
     """
-    _check_k(k)
+    k = _check_k(k)
     check_tau(tau)
     try:
         arr = np.asarray(vectors, dtype=np.float64)
@@ -104,22 +128,41 @@ def cases_from_vectors(vectors: ArrayLike, k: int | None = None, *, tau: float =
         arr = arr[None, :]
     if arr.ndim != 2 or arr.shape[-1] == 0:
         raise InvalidArgumentError(f"vectors must be a 1-D or 2-D array with entries, got shape {arr.shape}")
-    cases = []
+    cases: list[Case] = []
+    real: list[Case] = []
     for row_index, row in enumerate(arr):
         n = int(np.isfinite(row).sum())
         for kk in _suite_ks(n, k):
             cases.append(Case(tuple(float(v) for v in row), kk, tau, f"row {row_index}"))
+        if real_k and k is None:
+            real += [Case(tuple(float(v) for v in row), kk, tau, f"row {row_index}") for kk in _real_suite_ks(n)]
     if not cases:
+        if k is not None and not is_integer_k(k):
+            raise InvalidArgumentError(f"k must satisfy 0 < k <= n (n={arr.shape[-1]}), got {k!r}")
         check_k(k, arr.shape[-1])  # the only way no case is left: k > n
         raise AssertionError("unreachable: a row without cases has k > n")
-    return tuple(cases)
+    return tuple(cases + real)
+
+
+def method_cases(method: str, cases: Sequence[Case]) -> tuple[Case, ...]:
+    """The cases ``method`` is defined on: all of them for a method that takes a real k, the
+    integer-k ones for the others (a non-integer k is no failure of theirs)."""
+    if takes_real_k(method):
+        return tuple(cases)
+    return tuple(c for c in cases if is_integer_k(c.k))
 
 
 def _check_method(unit: tuple[str, tuple[str, ...], tuple[Case, ...]]) -> list[PropertyResult]:
-    """Every property of one method on ``cases``, with the method's own memoising evaluator."""
+    """Every property of one method on its cases (:func:`method_cases`), with the method's own
+    memoising evaluator."""
     name, props, cases = unit
     evaluator = Evaluator()  # shared by the checks of this method, dropped at its end
-    return [CHECKS[prop](name, cases, evaluator=evaluator) for prop in props]
+    mine = method_cases(name, cases)
+    results = [CHECKS[prop](name, mine, evaluator=evaluator) for prop in props]
+    if cases and not mine:  # a non-integer k given to a method that takes an integer k only
+        why = f"not applicable: {name} takes an integer k only"
+        results = [r if r.holds is not None else replace(r, detail=why) for r in results]
+    return results
 
 
 def _unit_cost(unit: tuple[str, tuple[str, ...], tuple[Case, ...]]) -> float:
@@ -142,7 +185,7 @@ def _unit_cost(unit: tuple[str, tuple[str, ...], tuple[Case, ...]]) -> float:
 def verify_properties(
     methods: Sequence[str] | None = None,
     vectors: ArrayLike | None = None,
-    k: int | None = None,
+    k: int | float | None = None,
     *,
     tau: float = 1.0,
     trials: int = 3,
@@ -156,10 +199,14 @@ def verify_properties(
     Args:
         methods: registered names (default: all).
         vectors: user vectors, 1-D or 2-D (rows); None for :func:`default_suite`.
-        k: fixed k, or None to vary k (1, 2, n/3, n-1, n).
+        k: fixed k, or None to vary k (1, 2, n/3, n-1, n, and for the methods that take a real k
+            also 0.5, 1.5, n - 0.5). A non-integer k leaves a method that takes an integer k only
+            without cases: its properties are not applicable (``holds`` None), not failed.
         tau: temperature of the user vectors (the suite uses 1; ``hard-limit`` picks its own).
         trials, seed: size and seed of the default suite.
-        properties: a subset of :data:`PROPERTIES` (default: all).
+        properties: a subset of :data:`PROPERTIES` and :data:`K_PROPERTIES` (default: all of
+            :data:`PROPERTIES`, and :data:`K_PROPERTIES` when a method takes a real k; a method
+            that does not gets rows "not applicable" there).
         progress: called with ``(done, total)`` after each method.
         jobs: processes the methods are spread over (1: in-process); results are identical for
             every ``jobs`` (each method gets its own evaluator, as with one process).
@@ -174,15 +221,20 @@ def verify_properties(
     names = tuple(methods) if methods is not None else tuple(METHODS)
     for name in names:
         get_method(name)
-    props = tuple(properties) if properties is not None else PROPERTIES
+    real_k = any(takes_real_k(name) for name in names)
+    if properties is not None:
+        props = tuple(properties)
+    else:
+        props = PROPERTIES + K_PROPERTIES if real_k else PROPERTIES
     for prop in props:
         if prop not in CHECKS:
-            raise InvalidArgumentError(f"unknown property {prop!r}; valid properties: {', '.join(PROPERTIES)}")
+            valid = ", ".join(PROPERTIES + K_PROPERTIES)
+            raise InvalidArgumentError(f"unknown property {prop!r}; valid properties: {valid}")
     if vectors is None:
-        cases = default_suite(trials=trials, seed=seed, k=k)
+        cases = default_suite(trials=trials, seed=seed, k=k, real_k=real_k)
         source = "suite"
     else:
-        cases = cases_from_vectors(vectors, k, tau=tau)
+        cases = cases_from_vectors(vectors, k, tau=tau, real_k=real_k)
         source = "input"
     units = [(name, props, cases) for name in names]
     per_method = parallel_map(_check_method, units, jobs=jobs, progress=progress, cost=_unit_cost)

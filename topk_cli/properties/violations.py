@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from topk_cli.properties.results import (
     _vec,
 )
 
-_Violation = Callable[[Evaluator, str, FloatArray, int, float], "_Measure | None"]
+_Violation = Callable[[Evaluator, str, FloatArray, Any, float], "_Measure | None"]
 
 
 def _v_range(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
@@ -99,7 +100,7 @@ def _v_monotone_weak(ev: Evaluator, method: str, x: FloatArray, k: int, tau: flo
     )
 
 
-def _strict_pairs(x: FloatArray, k: int, tau: float) -> tuple[FloatArray, np.ndarray, np.ndarray] | None:
+def _strict_pairs(x: FloatArray, k: int | float, tau: float) -> tuple[FloatArray, np.ndarray, np.ndarray] | None:
     """``(z, i, j)``, the pairs strict monotonicity is checked on, or None (it does not apply)."""
     n = int(np.isfinite(x).sum())
     if n < 2 or k >= n:
@@ -153,7 +154,7 @@ def _exact_shift(x: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     return y, np.where(finite, x_back, -np.inf), c
 
 
-def _shift_rows(x: FloatArray, k: int, tau: float) -> tuple[FloatArray, FloatArray, float]:
+def _shift_rows(x: FloatArray, k: int | float, tau: float) -> tuple[FloatArray, FloatArray, float]:
     """:func:`_exact_shift` in the ``(x, k, tau)`` form of :meth:`Evaluator.memo`."""
     return _exact_shift(x)
 
@@ -203,16 +204,25 @@ def _v_permutation(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float
     return _Measure(worst, detail=detail, slack=2 * ev.slack(method, r))
 
 
-def _kth_gap(x: FloatArray, k: int) -> float | None:
-    """The smallest positive gap between distinct finite values when ``x_(k) > x_(k+1)``, else None."""
+def _kth_gap(x: FloatArray, k: int | float) -> float | None:
+    """The smallest positive gap between distinct finite values when ``x_(k) > x_(k+1)``, else None.
+
+    For a non-integer k the limit puts ``k - floor(k)`` on the ``ceil(k)``-th largest entry: it
+    must stand apart from both neighbours, ``x_(j-1) > x_(j) > x_(j+1)`` with ``j = ceil(k)``.
+    """
     finite = np.sort(x[np.isfinite(x)])[::-1]
-    if k >= finite.size:
+    if k >= finite.size and float(k).is_integer():
         return None
+    j = math.ceil(k)
+    boundaries = [int(k)] if float(k).is_integer() else [b for b in (j - 1, j) if 1 <= b < finite.size]
+    if not boundaries:
+        return None  # a single entry: its weight is k whatever the temperature
     finite = finite - finite[0]  # the gaps the API sees after its shift
-    gap = float(finite[k - 1] - finite[k])
-    scale = max(abs(float(finite[k - 1])), abs(float(finite[k])), 1e-300)
-    if gap <= 1e-12 * scale:
-        return None
+    for b in boundaries:
+        gap = float(finite[b - 1] - finite[b])
+        scale = max(abs(float(finite[b - 1])), abs(float(finite[b])), 1e-300)
+        if gap <= 1e-12 * scale:
+            return None
     gaps = -np.diff(finite)
     smallest = float(gaps[gaps > 0].min())
     small_tau = HARD_LIMIT_TAU_OVER_GAP * smallest
@@ -221,7 +231,7 @@ def _kth_gap(x: FloatArray, k: int) -> float | None:
     return smallest
 
 
-def _limit_row(x: FloatArray, k: int, tau: float) -> tuple[float, FloatArray] | None:
+def _limit_row(x: FloatArray, k: int | float, tau: float) -> tuple[float, FloatArray] | None:
     """``(small tau, the z the API computes for (x, small tau))`` of the hard-limit check, None
     where it does not apply (the ``(x, k, tau)`` form of :meth:`Evaluator.memo`; tau is unused)."""
     gap = _kth_gap(x, k)

@@ -1,0 +1,402 @@
+"""Properties in k itself, for the methods that take a real k: ``monotone-k`` and ``continuous-k``.
+
+Both look at ``k -> p(x / tau; k)`` for one vector at a time, on a grid of k over ``(0, m]`` (``m``
+the unmasked entries of the vector; step ``h = max(1/4, 2^ceil(log2(m / 128)))``, a binary fraction,
+so every k of the grid and of the bisections below is exact and prints back exactly), the rows of a
+vector evaluated in one call with one k per row:
+
+* ``monotone-k``: each ``p_i`` is non-decreasing in k. Between consecutive k of the grid, the
+  decrease of ``p_i`` is read through the accurate one of ``p_i`` and ``1 - p_i`` (near 1, ``p_i``
+  saturates at 1.0 in float64 and would hide a decrease that ``1 - p_i`` shows); worst is the
+  largest decrease (tolerance 1e-12).
+* ``continuous-k``: ``p`` has no jump in k. A Lipschitz estimate ``L`` is the steepest change of
+  ``p`` per unit of k between consecutive k of the grid; the steepest intervals (and any interval
+  changing twice as much as both neighbours) are bisected 20 times, following the half where ``p``
+  changes more. A function of slope at most ``L`` changes by at most ``L w`` over the final width
+  ``w = h / 2^20``; a jump keeps its size however small ``w`` is. Worst is the change beyond
+  ``4 L w`` (tolerance 1e-9). ``hard`` with a real k is continuous and piecewise linear in k: it
+  holds too.
+
+A Monte-Carlo method is judged within :data:`~topk_cli.registry.MONTE_CARLO_STDERRS` standard errors
+of its estimate, as in the other properties. A counterexample names two values of k (``k`` and
+``k2``): its command runs ``softtopk compute`` at both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from topk_cli.api import evaluate, get_method
+from topk_cli.operators._base import FloatArray
+from topk_cli.properties.evaluator import Evaluator
+from topk_cli.properties.results import (
+    TOL_ABS,
+    Case,
+    Counterexample,
+    PropertyResult,
+    _fmt_k,
+)
+from topk_cli.properties.shrinking import _shrink
+from topk_cli.registry import MONTE_CARLO_STDERRS
+
+#: What each method that takes a real k is measured to do (``monotone-k``, ``continuous-k``) on the
+#: default suite; the registry's :class:`~topk_cli.method_spec.Guarantees` wins where it has the
+#: field. A method not listed claims neither.
+K_CLAIMS: dict[str, dict[str, bool]] = {
+    name: {"monotone-k": True, "continuous-k": True}
+    for name in (
+        "hard", "thre-exp", "thre-sigmoid", "thre-laplace", "thre-clip", "thre-cube", "ot-sinkhorn", "perturbed",
+    )
+}
+
+#: Jumps in k below this are not told apart from rounding (of p, and of iterative solvers).
+TOL_CONTINUOUS_K = 1e-9
+#: Rounds of the bisection of ``continuous-k`` (the final width is ``h / 2^K_BISECTIONS``).
+K_BISECTIONS = 20
+#: How much steeper than the grid's Lipschitz estimate the final change may be.
+K_LIPSCHITZ_FACTOR = 4.0
+#: At most this many vectors per check, spread evenly over the cases (each costs a grid of k).
+_MAX_K_VECTORS = 60
+#: Grid intervals bisected per vector: the steepest ones.
+_K_STEEPEST = 3
+_K_MAX_BISECTED = 8
+
+
+def takes_real_k(method: str) -> bool:
+    """True when ``method`` takes a real k (``capabilities.integer_k`` is False), as ``hard``, the
+    threshold methods, ``ot-sinkhorn`` and ``perturbed`` do; integer-only methods refuse one.
+
+    >>> takes_real_k("hard"), takes_real_k("grad")  # doctest: +SKIP
+    (True, False)
+    """
+    return not get_method(method).capabilities.integer_k
+
+
+def is_integer_k(k: object) -> bool:
+    """True for an ``int`` (not a bool) or an integral float such as ``2.0``."""
+    if isinstance(k, (bool, np.bool_)):
+        return False
+    if isinstance(k, (int, np.integer)):
+        return True
+    return isinstance(k, (float, np.floating)) and math.isfinite(float(k)) and float(k).is_integer()
+
+
+def k_applies(method: str, k: object) -> bool:
+    """Whether ``method`` is defined at ``k``: every method at an integer k, only the methods that
+    take a real k (:func:`takes_real_k`) at a non-integer one."""
+    return is_integer_k(k) or takes_real_k(method)
+
+
+def expected_in_k(method: str, prop: str) -> bool:
+    """The claim of ``method`` on ``prop`` (``monotone-k``, ``continuous-k``): the registry's where
+    its guarantees have the field, else :data:`K_CLAIMS`."""
+    spec = get_method(method)
+    claims = spec.guarantees.as_dict()
+    if prop in claims:
+        return bool(claims[prop])
+    return K_CLAIMS.get(spec.name, {}).get(prop, False)
+
+
+def k_grid(m: int) -> FloatArray:
+    """The k of the grid over ``(0, m]``: multiples of ``h = max(1/4, 2^ceil(log2(m / 128)))``, and m.
+
+    >>> k_grid(2).tolist()
+    [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]
+    >>> len(k_grid(50)), len(k_grid(1000))
+    (100, 125)
+    """
+    h = max(0.25, 2.0 ** math.ceil(math.log2(m / 128)))
+    grid = h * np.arange(1, math.floor(m / h) + 1, dtype=np.float64)
+    return grid if grid.size and grid[-1] == m else np.append(grid, np.float64(m))
+
+
+@dataclass(frozen=True)
+class _KRows:
+    """``p`` and ``q = 1 - p`` of one vector at each k of ``ks`` (``ok``: computed)."""
+
+    ks: FloatArray  # (G,)
+    p: FloatArray  # (G, n)
+    q: FloatArray  # (G, n)
+    ok: np.ndarray  # (G,) bool
+    slack: float  # a Monte-Carlo method's allowance on a difference of weights
+
+
+def _eval_ks(method: str, items: Sequence[tuple[FloatArray, FloatArray, float]]) -> list[_KRows]:
+    """Each ``(x, ks, tau)`` evaluated at every k of ``ks``: one call per ``(n, tau)``, one k per row."""
+    out: list[_KRows | None] = [None] * len(items)
+    groups: dict[tuple[int, float], list[int]] = {}
+    for index, (x, _, tau) in enumerate(items):
+        groups.setdefault((x.shape[-1], float(tau)), []).append(index)
+    monte_carlo = get_method(method).capabilities.monte_carlo
+    for (_, tau), indices in groups.items():
+        batch = np.vstack([np.repeat(items[i][0][None, :], items[i][1].size, axis=0) for i in indices])
+        kcol = np.concatenate([items[i][1] for i in indices]).astype(np.float64)
+        r = evaluate(batch, kcol, method, tau=tau)
+        weights = np.asarray(r.weights, dtype=np.float64)
+        complement = np.asarray(r.complement, dtype=np.float64)
+        status = np.asarray(r.status)
+        start = 0
+        for i in indices:
+            rows = slice(start, start + items[i][1].size)
+            start += items[i][1].size
+            ok = status[rows] == "ok"
+            slack = 0.0
+            if monte_carlo and r.stderr is not None and ok.any():
+                slack = MONTE_CARLO_STDERRS * float(np.nanmax(np.asarray(r.stderr)[rows][ok]))
+            out[i] = _KRows(items[i][1], weights[rows], complement[rows], ok, slack)
+    return [rows for rows in out if rows is not None]
+
+
+@dataclass(frozen=True)
+class _KMeasure:
+    """The violation of one vector: ``value`` (0 = fine) between ``k = ka`` and ``k = kb``."""
+
+    value: float
+    ka: float
+    kb: float
+    detail: str = ""
+    slack: float = 0.0
+    lipschitz: float = 0.0  # continuous-k: the grid's Lipschitz estimate
+
+
+def _decrease(pa: FloatArray, qa: FloatArray, pb: FloatArray, qb: FloatArray) -> FloatArray:
+    """How much each ``p_i`` decreases from a to b, read through the accurate one of p and 1 - p."""
+    through_q = np.minimum(qa, qb) < np.minimum(pa, pb)
+    return np.where(through_q, qb - qa, pa - pb)
+
+
+def _change(pa: FloatArray, qa: FloatArray, pb: FloatArray, qb: FloatArray) -> FloatArray:
+    """``|p_i(b) - p_i(a)|`` read through the accurate one of p and 1 - p."""
+    return np.abs(_decrease(pa, qa, pb, qb))
+
+
+def _monotone_detail(i: int, ka: float, kb: float, pa: float, pb: float, qa: float, qb: float) -> str:
+    if pa == pb:
+        return (
+            f"p[{i}] = {pa:.17g} at k = {_fmt_k(ka)} and k = {_fmt_k(kb)} but 1 - p[{i}] rises "
+            f"from {qa:.6g} to {qb:.6g}: p[{i}] decreases in k"
+        )
+    return f"p[{i}] decreases from {pa:.17g} at k = {_fmt_k(ka)} to {pb:.17g} at k = {_fmt_k(kb)}"
+
+
+def _monotone_measure(rows: _KRows) -> _KMeasure | None:
+    idx = np.flatnonzero(rows.ok)
+    if idx.size < 2:
+        return None
+    a, b = idx[:-1], idx[1:]
+    drop = _decrease(rows.p[a], rows.q[a], rows.p[b], rows.q[b])
+    j, i = (int(v) for v in np.unravel_index(int(np.argmax(drop)), drop.shape))
+    value = max(0.0, float(drop[j, i]))
+    ka, kb = float(rows.ks[a[j]]), float(rows.ks[b[j]])
+    detail = ""
+    if value > 0:
+        detail = _monotone_detail(i, ka, kb, rows.p[a[j], i], rows.p[b[j], i], rows.q[a[j], i], rows.q[b[j], i])
+    return _KMeasure(value, ka, kb, detail, slack=2 * rows.slack)
+
+
+@dataclass
+class _Bisection:
+    vector: int
+    ka: float
+    kb: float
+    pa: FloatArray
+    qa: FloatArray
+    pb: FloatArray
+    qb: FloatArray
+    done: bool = False
+
+
+def _continuity_measures(
+    method: str, vectors: Sequence[Case], grids: Sequence[_KRows]
+) -> list[_KMeasure | None]:
+    """The ``continuous-k`` measure of each vector (None: fewer than two k computed)."""
+    lipschitz: list[float] = []
+    state: list[_Bisection] = []
+    measured: list[bool] = []
+    for v, rows in enumerate(grids):
+        idx = np.flatnonzero(rows.ok)
+        measured.append(idx.size >= 2)
+        if idx.size < 2:
+            lipschitz.append(0.0)
+            continue
+        a, b = idx[:-1], idx[1:]
+        delta = _change(rows.p[a], rows.q[a], rows.p[b], rows.q[b]).max(axis=1)
+        width = rows.ks[b] - rows.ks[a]
+        lipschitz.append(float(np.max(delta / width)))
+        chosen = list(np.argsort(-delta, kind="stable")[:_K_STEEPEST])
+        left = np.concatenate(([0.0], delta[:-1]))
+        right = np.concatenate((delta[1:], [0.0]))
+        peaks = np.flatnonzero(delta > 2 * np.maximum(left, right))
+        chosen += [int(j) for j in peaks if j not in chosen]
+        for j in chosen[:_K_MAX_BISECTED]:
+            ja, jb = int(a[j]), int(b[j])
+            state.append(_Bisection(v, float(rows.ks[ja]), float(rows.ks[jb]), rows.p[ja], rows.q[ja], rows.p[jb], rows.q[jb]))
+    for _ in range(K_BISECTIONS):
+        active = [s for s in state if not s.done]
+        if not active:
+            break
+        mids = _eval_ks(
+            method, [(vectors[s.vector].array, np.array([(s.ka + s.kb) / 2]), vectors[s.vector].tau) for s in active]
+        )
+        for s, mid in zip(active, mids, strict=True):
+            if not mid.ok[0]:
+                s.done = True  # the method refuses a k in between: measured on the width reached
+                continue
+            km, pm, qm = float(mid.ks[0]), mid.p[0], mid.q[0]
+            if _change(s.pa, s.qa, pm, qm).max() >= _change(pm, qm, s.pb, s.qb).max():
+                s.kb, s.pb, s.qb = km, pm, qm
+            else:
+                s.ka, s.pa, s.qa = km, pm, qm
+    out: list[_KMeasure | None] = [
+        _KMeasure(0.0, 0.0, 0.0, slack=2 * rows.slack, lipschitz=lipschitz[v]) if measured[v] else None
+        for v, rows in enumerate(grids)
+    ]
+    for s in state:
+        change = _change(s.pa, s.qa, s.pb, s.qb)
+        i = int(np.argmax(change))
+        bound = K_LIPSCHITZ_FACTOR * lipschitz[s.vector] * (s.kb - s.ka)
+        value = max(0.0, float(change[i]) - bound)
+        best = out[s.vector]
+        if best is not None and (value > best.value or best.kb == 0.0):
+            detail = _jump_detail(i, s.ka, s.kb, float(s.pa[i]), float(s.pb[i]), lipschitz[s.vector])
+            out[s.vector] = _KMeasure(value, s.ka, s.kb, detail, best.slack, lipschitz[s.vector])
+    return out
+
+
+def _jump_detail(i: int, ka: float, kb: float, pa: float, pb: float, lipschitz: float) -> str:
+    bound = K_LIPSCHITZ_FACTOR * lipschitz * (kb - ka)
+    return (
+        f"p[{i}] jumps from {pa:.6g} at k = {_fmt_k(ka)} to {pb:.6g} at k = {_fmt_k(kb)} "
+        f"(a slope up to {K_LIPSCHITZ_FACTOR:g} x {lipschitz:.3g}, the steepest on the grid of k, allows {bound:.3g})"
+    )
+
+
+def _pair(
+    ev: Evaluator, method: str, y: FloatArray, ka: float, kb: float, tau: float, prop: str, lipschitz: float
+) -> _KMeasure | None:
+    """The measure of ``prop`` between two k on ``y`` alone (what the counterexample's commands show)."""
+    n = int(np.isfinite(y).sum())
+    if not (0 < ka < kb <= n):
+        return None
+    ra, rb = ev.row(method, y, _as_k(ka), tau), ev.row(method, y, _as_k(kb), tau)
+    if ra.failures or rb.failures:
+        return None
+    pa, qa, pb, qb = ra.weights[0].astype(np.float64), ra.complement[0], rb.weights[0].astype(np.float64), rb.complement[0]
+    slack = 2 * ev.slack(method, ra, rb)
+    if prop == "monotone-k":
+        drop = _decrease(pa, qa, pb, qb)
+        i = int(np.argmax(drop))
+        value = max(0.0, float(drop[i]))
+        detail = _monotone_detail(i, ka, kb, pa[i], pb[i], qa[i], qb[i]) if value > 0 else ""
+        return _KMeasure(value, ka, kb, detail, slack)
+    change = _change(pa, qa, pb, qb)
+    i = int(np.argmax(change))
+    value = max(0.0, float(change[i]) - K_LIPSCHITZ_FACTOR * lipschitz * (kb - ka))
+    return _KMeasure(value, ka, kb, _jump_detail(i, ka, kb, pa[i], pb[i], lipschitz), slack, lipschitz)
+
+
+def _as_k(k: float) -> int | float:
+    """An integral k as an ``int`` (what ``softtopk compute -k 2`` passes), else the float."""
+    return int(k) if float(k).is_integer() else float(k)
+
+
+def _k_vectors(cases: Sequence[Case]) -> list[Case]:
+    """The distinct ``(x, tau)`` of ``cases`` with an unmasked entry, at most :data:`_MAX_K_VECTORS`
+    of them spread evenly (each is measured on its own grid of k; the case's k does not matter)."""
+    seen: set[tuple[tuple[float, ...], float]] = set()
+    out: list[Case] = []
+    for c in cases:
+        key = (c.x, c.tau)
+        if key in seen or not np.isfinite(c.array).any():
+            continue
+        seen.add(key)
+        out.append(c)
+    if len(out) <= _MAX_K_VECTORS:
+        return out
+    step = len(out) / _MAX_K_VECTORS
+    return [out[int(i * step)] for i in range(_MAX_K_VECTORS)]
+
+
+def _check_in_k(
+    method: str, prop: str, cases: Sequence[Case], evaluator: Evaluator | None, tol: float,
+    measures: Callable[[str, list[Case], list[_KRows]], list[_KMeasure | None]],
+) -> PropertyResult:
+    spec = get_method(method)
+    within = MONTE_CARLO_STDERRS if spec.capabilities.monte_carlo else None
+    expected = expected_in_k(method, prop)
+    if not takes_real_k(method):
+        return PropertyResult(
+            method, prop, expected, None, None, None, 0, 0,
+            detail=f"not applicable: {spec.name} takes an integer k only", within_stderr=within,
+        )
+    ev = evaluator if evaluator is not None else Evaluator()
+    vectors = _k_vectors(cases)
+    grids = _eval_ks(method, [(c.array, k_grid(int(np.isfinite(c.array).sum())), c.tau) for c in vectors])
+    found = measures(method, vectors, grids)
+    worst: float | None = None
+    bad: tuple[_KMeasure, Case] | None = None
+    checked = skipped = violations = 0
+    for case, m in zip(vectors, found, strict=True):  # refused k are left out of a vector's grid
+        if m is None:
+            skipped += 1
+            continue
+        checked += 1
+        worst = m.value if worst is None else max(worst, m.value)
+        if m.value > tol + m.slack:
+            violations += 1
+            if bad is None or m.value > bad[0].value:
+                bad = (m, case)
+    if checked == 0:
+        return PropertyResult(
+            method, prop, expected, None, None, None, 0, skipped, detail="not applicable to these inputs",
+            within_stderr=within,
+        )
+    if bad is None:
+        return PropertyResult(method, prop, expected, True, worst, None, checked, skipped, within_stderr=within)
+    m, case = bad
+    gap = m.kb - m.ka
+    floor = max(tol, 1e-2 * m.value)
+
+    def violates(y: FloatArray, kk: int | float) -> bool:
+        mm = _pair(ev, method, y, float(kk), float(kk) + gap, case.tau, prop, m.lipschitz)
+        return mm is not None and mm.value > floor + mm.slack
+
+    x, ka = case.array, m.ka
+    final = m
+    if violates(x, ka):  # the pair shows it with one k per call, as the commands do: shrink it
+        x, shrunk_k = _shrink(violates, x, _as_k(ka), budget=120)
+        ka = float(shrunk_k)
+        final = _pair(ev, method, x, ka, ka + gap, case.tau, prop, m.lipschitz) or m
+    cex = Counterexample(method, tuple(float(v) for v in x), _as_k(ka), case.tau, final.detail, k2=_as_k(ka + gap))
+    return PropertyResult(
+        method, prop, expected, False, worst, cex, checked, skipped, violations, detail=final.detail,
+        within_stderr=within,
+    )
+
+
+def _monotone_measures(method: str, vectors: list[Case], grids: list[_KRows]) -> list[_KMeasure | None]:
+    return [_monotone_measure(rows) for rows in grids]
+
+
+def check_monotone_k(method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult:
+    """Each ``p_i`` non-decreasing in k on a grid of k over ``(0, m]`` per vector of ``cases``
+    (tolerance 1e-12); not applicable to a method that takes an integer k only.
+
+    >>> check_monotone_k("hard", [Case((3.0, 1.0, 2.0), 2)]).holds  # doctest: +SKIP
+    True
+    """
+    return _check_in_k(method, "monotone-k", cases, evaluator, TOL_ABS, _monotone_measures)
+
+
+def check_continuous_k(method: str, cases: Sequence[Case], *, evaluator: Evaluator | None = None) -> PropertyResult:
+    """``p`` continuous in k: no change beyond a Lipschitz bound over a width ``h / 2^20`` of k
+    (tolerance 1e-9); not applicable to a method that takes an integer k only.
+
+    >>> check_continuous_k("hard", [Case((3.0, 1.0, 2.0), 2)]).holds  # doctest: +SKIP
+    True
+    """
+    return _check_in_k(method, "continuous-k", cases, evaluator, TOL_CONTINUOUS_K, _continuity_measures)
