@@ -129,7 +129,9 @@ class Capabilities:
 
     ``evaluation``: exact or Monte Carlo (then judged within :data:`MONTE_CARLO_STDERRS`
     standard errors); ``jacobian``: has a Jacobian and VJP; ``integer_k``: defined for integer
-    ``k`` only (the API takes integer ``k`` for every method today); ``probe_default``: probed by
+    ``k`` only (False: the method takes any real ``0 < k <= n``, its implementation declares
+    ``row_k``, and ``dp/dk`` where it has a ``dk`` hook; every method takes a k per row);
+    ``probe_default``: probed by
     ``stability-probe`` when no method is named; ``potential``: ``Phi(z)`` with
     ``grad Phi = p`` (``topk_cli.operators.potentials``), or None when the method is not the
     gradient of a potential.

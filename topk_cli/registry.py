@@ -404,6 +404,8 @@ def _check_registry() -> None:
     for spec in _SPECS:
         if spec.stable_equivalent is not None and spec.stable_equivalent not in names:
             raise RuntimeError(f"{spec.name}: stable_equivalent {spec.stable_equivalent!r} is not registered")
+        if not spec.capabilities.integer_k and not spec.implementation.row_k:
+            raise RuntimeError(f"{spec.name}: a method taking a real k needs an implementation with row_k")
         if spec.guarantees.smoothness not in SMOOTHNESS_CLASSES:
             raise RuntimeError(f"{spec.name}: unknown smoothness class {spec.guarantees.smoothness!r}")
     if tuple(names) != METHOD_NAMES:
