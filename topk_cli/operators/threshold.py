@@ -585,10 +585,138 @@ def threshold_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatAr
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# derivative in k and log-weights (shared)
+
+_LN2 = float(np.log(2.0))
+
+
+class ThresholdLink(NamedTuple):
+    """What :func:`threshold_dk` and :func:`threshold_log_weights` need of one method ``p = f(z - lambda)``.
+
+    ``t(fwd, z)``: ``z - lambda`` as the forward computed its weights (``-inf`` on masked entries;
+    rows with ``k = #finite`` are ignored). ``log_d(t)``: ``log f'(t)`` up to a constant per row
+    (``-inf`` where ``f' = 0``). ``log_pq(t)``: ``(log f(t), log(1 - f(t)))`` without underflow.
+    ``full``: the limit of ``dp/dk`` as ``k`` rises to ``#finite`` (see :func:`threshold_dk`):
+    ``"lowest"`` (uniform over the smallest finite entries) or ``"softmin"`` (``e^{-z}`` normalised).
+    """
+
+    t: Callable[[Forward, FloatArray], FloatArray]
+    log_d: Callable[[FloatArray], FloatArray]
+    log_pq: Callable[[FloatArray], tuple[FloatArray, FloatArray]]
+    full: str
+
+
+def _full_rows(z: FloatArray, mode: str) -> FloatArray:
+    """``dp/dk`` of rows with ``k = #finite`` as the limit from below (``mode`` as ``ThresholdLink.full``)."""
+    fin = np.isfinite(z)
+    low = np.min(np.where(fin, z, np.inf), axis=1, keepdims=True)
+    if mode == "lowest":
+        w = (fin & (z == low)).astype(np.float64)
+    else:
+        with np.errstate(under="ignore", invalid="ignore"):  # far entries: e^{-|z - low|} = 0
+            w = np.where(fin, np.exp(np.where(fin, low - z, 0.0)), 0.0)
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def threshold_dk(fwd: Forward, z: FloatArray, k: Any, link: ThresholdLink) -> FloatArray:
+    """``dp/dk = d / sum(d)``, ``d_i = f'(z_i - lambda)`` (from ``sum_i f(z_i - lambda) = k``), shape ``(B, n)``.
+
+    Computed as ``exp(log d - max log d)`` normalised, so it stays accurate where every ``d_i``
+    underflows (an extremely hard selection: then it concentrates on the entries nearest
+    ``lambda``). Masked entries get 0. Two rows have no two-sided derivative:
+
+    * ``k = #finite`` (every weight 1, ``lambda = -inf``): the one-sided derivative from below is
+      returned, the limit of ``d / sum d`` as ``k`` rises to ``#finite``: uniform over the smallest
+      finite entries for ``thre-exp``, ``thre-clip`` and ``thre-cube`` (only they stay below 1
+      near the end), ``e^{-z_i} / sum_j e^{-z_j}`` for ``thre-sigmoid`` and ``thre-laplace``
+      (``f'(t) ~ e^{-t}`` as ``t -> inf``);
+    * an integer ``k`` where no entry is strictly inside ``0 < f < 1`` (``thre-clip``/``thre-cube``
+      with every weight exactly 0 or 1, ``d = 0``): ``dp/dk`` jumps there; zeros are returned, as
+      :func:`threshold_jacobian` returns the zero matrix.
+    """
+    t = link.t(fwd, z)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):  # log 0 = -inf: f' = 0
+        log_d = link.log_d(t)
+        top = np.max(log_d, axis=1)
+        ok = np.isfinite(top)
+        w = np.exp(log_d - np.where(ok, top, 0.0)[:, None])
+    total = w.sum(axis=1, keepdims=True)
+    out = np.divide(w, total, out=np.zeros_like(w), where=ok[:, None] & (total > 0))
+    full = np.flatnonzero(fwd.aux["lambda"] == -np.inf)
+    if full.size:
+        out[full] = _full_rows(z[full], link.full)
+    return out
+
+
+def threshold_log_weights(fwd: Forward, z: FloatArray, k: Any, link: ThresholdLink) -> tuple[FloatArray, FloatArray]:
+    """``(log p, log(1 - p))`` from ``t = z - lambda``, accurate where ``p`` or ``1 - p`` is far below
+    the smallest float64; ``(-inf, 0)`` on masked entries, ``(0, -inf)`` on the finite entries of a
+    row with ``k = #finite`` (and wherever ``p`` is exactly 1)."""
+    t = link.t(fwd, z)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore", over="ignore"):
+        log_p, log_q = link.log_pq(t)
+    fin = np.isfinite(z)
+    log_p = np.where(fin, log_p, -np.inf)
+    log_q = np.where(fin, log_q, 0.0)
+    full = np.flatnonzero(fwd.aux["lambda"] == -np.inf)
+    if full.size:
+        fr = fin[full]
+        log_p[full] = np.where(fr, 0.0, -np.inf)
+        log_q[full] = np.where(fr, -np.inf, 0.0)
+    return log_p, log_q
+
+
+def _stored_t(fwd: Forward, z: FloatArray) -> FloatArray:
+    return fwd.aux["t"]
+
+
+def _log_d_exp(t: FloatArray) -> FloatArray:
+    return np.where(t < 0.0, t, -np.inf)  # the kink t = 0 counts as saturated (d = 0)
+
+
+def _log_pq_exp(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    # t = min(z - lambda, 0): log p = t; log q = log(-expm1(t)) near 0, log1p(-e^t) below -log 2
+    log_q = np.where(t > -_LN2, np.log(-np.expm1(t)), np.log1p(-np.exp(t)))
+    return t.copy(), np.where(t < 0.0, log_q, -np.inf)
+
+
+def _log_d_laplace(t: FloatArray) -> FloatArray:
+    return -np.abs(t)  # log(e^{-|t|} / 2) up to the constant log 2
+
+
+def _log_pq_laplace(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    above = t >= 0.0
+    big = np.log1p(-0.5 * np.exp(-np.abs(t)))  # log of the larger of p and q (>= 1/2)
+    small = -np.abs(t) - _LN2  # log of the smaller: e^{-|t|} / 2
+    return np.where(above, big, small), np.where(above, small, big)
+
+
+EXP_LINK = ThresholdLink(t=_stored_t, log_d=_log_d_exp, log_pq=_log_pq_exp, full="lowest")
+LAPLACE_LINK = ThresholdLink(t=_stored_t, log_d=_log_d_laplace, log_pq=_log_pq_laplace, full="softmin")
+
+
+def threshold_hooks(link: ThresholdLink) -> tuple[Callable[[Forward, FloatArray, Any], FloatArray],
+                                                  Callable[[Forward, FloatArray, Any], tuple[FloatArray, FloatArray]]]:
+    """``(dk, log_weights)`` of the :class:`Implementation` of a method with this link."""
+
+    def dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+        return threshold_dk(fwd, z, k, link)
+
+    def log_weights(fwd: Forward, z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray]:
+        return threshold_log_weights(fwd, z, k, link)
+
+    return dk, log_weights
+
+
+_EXP_DK, _EXP_LOG = threshold_hooks(EXP_LINK)
+_LAPLACE_DK, _LAPLACE_LOG = threshold_hooks(LAPLACE_LINK)
+
 THRE_EXP = Implementation(
     forward=thre_exp_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
-    refine=thre_exp_refine,
+    refine=thre_exp_refine, row_k=True, dk=_EXP_DK, log_weights=_EXP_LOG,
 )
 THRE_LAPLACE = Implementation(
-    forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+    forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
+    row_k=True, dk=_LAPLACE_DK, log_weights=_LAPLACE_LOG,
 )
