@@ -9,9 +9,9 @@ into one API call. One evaluator lives as long as one ``verify_properties`` run 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class Evaluator:
     def __init__(self, limit: int = 200_000) -> None:
         self.limit = limit
         self._rows: dict[_Key, _Row] = {}
-        self._memo: dict[tuple[Any, bytes, int, Any, float], Any] = {}
+        self._memo: dict[Hashable, Any] = {}
 
     @staticmethod
     def _key(method: str, x: FloatArray, k: int | float, tau: float) -> _Key:
@@ -96,6 +96,15 @@ class Evaluator:
                 self._memo.clear()
             self._memo[key] = fn(x, k, tau)
         return self._memo[key]
+
+    def cached(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, computed once per ``key`` (which must name everything it depends on,
+        the method included) for as long as this evaluator lives. The result is shared."""
+        if key not in self._memo:
+            if len(self._memo) > self.limit:
+                self._memo.clear()
+            self._memo[key] = compute()
+        return cast(_T, self._memo[key])
 
     def slack(self, method: str, *rows: _Row) -> float:
         """Allowance of a Monte-Carlo method on weights of ``rows`` (0 for an exact method)."""

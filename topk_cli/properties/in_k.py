@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,14 +56,19 @@ K_CLAIMS: dict[str, dict[str, bool]] = {
 #: Jumps in k below this are not told apart from rounding (of p, and of iterative solvers).
 TOL_CONTINUOUS_K = 1e-9
 #: Rounds of the bisection of ``continuous-k`` (the final width is ``h / 2^K_BISECTIONS``).
-K_BISECTIONS = 20
-#: How much steeper than the grid's Lipschitz estimate the final change may be.
+K_BISECTIONS = 14
+#: How much steeper than the Lipschitz estimate the final change may be.
 K_LIPSCHITZ_FACTOR = 4.0
-#: At most this many vectors per check, spread evenly over the cases (each costs a grid of k).
-_MAX_K_VECTORS = 60
-#: Grid intervals bisected per vector: the steepest ones.
-_K_STEEPEST = 3
-_K_MAX_BISECTED = 8
+#: The local Lipschitz estimate of ``continuous-k`` is the slope this many rounds before the last.
+_K_LOCAL_ROUNDS = 4
+#: At most this many vectors per check, spread evenly over the cases (each costs a grid of k);
+#: a Monte-Carlo method (a thousand samples a row) gets fewer, of at most 10 entries.
+_MAX_K_VECTORS = 24
+_MAX_K_VECTORS_MONTE_CARLO = 8
+#: Grid intervals bisected per vector: the steepest ones, and the ones changing twice as much as
+#: both neighbours (at most :data:`_K_MAX_BISECTED` in all).
+_K_STEEPEST = 1
+_K_MAX_BISECTED = 3
 
 
 def takes_real_k(method: str) -> bool:
@@ -208,6 +213,7 @@ class _Bisection:
     pb: FloatArray
     qb: FloatArray
     done: bool = False
+    slopes: list[float] = field(default_factory=list)  # change per unit of k, round by round
 
 
 def _continuity_measures(
@@ -247,10 +253,12 @@ def _continuity_measures(
                 s.done = True  # the method refuses a k in between: measured on the width reached
                 continue
             km, pm, qm = float(mid.ks[0]), mid.p[0], mid.q[0]
-            if _change(s.pa, s.qa, pm, qm).max() >= _change(pm, qm, s.pb, s.qb).max():
+            lower, upper = float(_change(s.pa, s.qa, pm, qm).max()), float(_change(pm, qm, s.pb, s.qb).max())
+            if lower >= upper:
                 s.kb, s.pb, s.qb = km, pm, qm
             else:
                 s.ka, s.pa, s.qa = km, pm, qm
+            s.slopes.append(max(lower, upper) / (s.kb - s.ka))
     out: list[_KMeasure | None] = [
         _KMeasure(0.0, 0.0, 0.0, slack=2 * rows.slack, lipschitz=lipschitz[v]) if measured[v] else None
         for v, rows in enumerate(grids)
@@ -258,12 +266,17 @@ def _continuity_measures(
     for s in state:
         change = _change(s.pa, s.qa, s.pb, s.qb)
         i = int(np.argmax(change))
-        bound = K_LIPSCHITZ_FACTOR * lipschitz[s.vector] * (s.kb - s.ka)
-        value = max(0.0, float(change[i]) - bound)
+        # the steepest slope seen: on the grid, or 2^_K_LOCAL_ROUNDS times wider than the final
+        # width (p steeper than the grid on a short stretch of k, e.g. near-tied entries
+        # saturating one after the other, is continuous all the same; a jump is not a slope at
+        # any width: it stays ~2^_K_LOCAL_ROUNDS / K_LIPSCHITZ_FACTOR times the bound)
+        local = s.slopes[-_K_LOCAL_ROUNDS - 1] if len(s.slopes) > _K_LOCAL_ROUNDS else 0.0
+        slope = max(lipschitz[s.vector], local)
+        value = max(0.0, float(change[i]) - K_LIPSCHITZ_FACTOR * slope * (s.kb - s.ka))
         best = out[s.vector]
         if best is not None and (value > best.value or best.kb == 0.0):
-            detail = _jump_detail(i, s.ka, s.kb, float(s.pa[i]), float(s.pb[i]), lipschitz[s.vector])
-            out[s.vector] = _KMeasure(value, s.ka, s.kb, detail, best.slack, lipschitz[s.vector])
+            detail = _jump_detail(i, s.ka, s.kb, float(s.pa[i]), float(s.pb[i]), slope)
+            out[s.vector] = _KMeasure(value, s.ka, s.kb, detail, best.slack, slope)
     return out
 
 
@@ -271,7 +284,7 @@ def _jump_detail(i: int, ka: float, kb: float, pa: float, pb: float, lipschitz: 
     bound = K_LIPSCHITZ_FACTOR * lipschitz * (kb - ka)
     return (
         f"p[{i}] jumps from {pa:.6g} at k = {_fmt_k(ka)} to {pb:.6g} at k = {_fmt_k(kb)} "
-        f"(a slope up to {K_LIPSCHITZ_FACTOR:g} x {lipschitz:.3g}, the steepest on the grid of k, allows {bound:.3g})"
+        f"(a slope up to {K_LIPSCHITZ_FACTOR:g} x {lipschitz:.3g}, the steepest measured, allows {bound:.3g})"
     )
 
 
@@ -304,21 +317,34 @@ def _as_k(k: float) -> int | float:
     return int(k) if float(k).is_integer() else float(k)
 
 
-def _k_vectors(cases: Sequence[Case]) -> list[Case]:
+def _k_vectors(method: str, cases: Sequence[Case]) -> list[Case]:
     """The distinct ``(x, tau)`` of ``cases`` with an unmasked entry, at most :data:`_MAX_K_VECTORS`
-    of them spread evenly (each is measured on its own grid of k; the case's k does not matter)."""
+    of them spread evenly (each is measured on its own grid of k; the case's k does not matter);
+    for a Monte-Carlo method at most :data:`_MAX_K_VECTORS_MONTE_CARLO` of at most 10 entries."""
+    monte_carlo = get_method(method).capabilities.monte_carlo
+    limit = _MAX_K_VECTORS_MONTE_CARLO if monte_carlo else _MAX_K_VECTORS
     seen: set[tuple[tuple[float, ...], float]] = set()
     out: list[Case] = []
     for c in cases:
         key = (c.x, c.tau)
-        if key in seen or not np.isfinite(c.array).any():
+        if key in seen or not np.isfinite(c.array).any() or (monte_carlo and len(c.x) > 10):
             continue
         seen.add(key)
         out.append(c)
-    if len(out) <= _MAX_K_VECTORS:
+    if len(out) <= limit:
         return out
-    step = len(out) / _MAX_K_VECTORS
-    return [out[int(i * step)] for i in range(_MAX_K_VECTORS)]
+    step = len(out) / limit
+    return [out[int(i * step)] for i in range(limit)]
+
+
+def _grids(ev: Evaluator, method: str, cases: Sequence[Case]) -> tuple[list[Case], list[_KRows]]:
+    """The vectors of ``cases`` (:func:`_k_vectors`) and their grids of k, computed once per
+    evaluator (``monotone-k`` and ``continuous-k`` share them)."""
+    vectors = _k_vectors(method, cases)
+    key = ("k-grids", method, tuple((c.x, c.tau) for c in vectors))
+    return vectors, ev.cached(
+        key, lambda: _eval_ks(method, [(c.array, k_grid(int(np.isfinite(c.array).sum())), c.tau) for c in vectors])
+    )
 
 
 def _check_in_k(
@@ -334,8 +360,7 @@ def _check_in_k(
             detail=f"not applicable: {spec.name} takes an integer k only", within_stderr=within,
         )
     ev = evaluator if evaluator is not None else Evaluator()
-    vectors = _k_vectors(cases)
-    grids = _eval_ks(method, [(c.array, k_grid(int(np.isfinite(c.array).sum())), c.tau) for c in vectors])
+    vectors, grids = _grids(ev, method, cases)
     found = measures(method, vectors, grids)
     worst: float | None = None
     bad: tuple[_KMeasure, Case] | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -10,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from topk_cli.analysis.parallel import parallel_map
-from topk_cli.api import check_k, check_tau, get_method
+from topk_cli.api import check_k, check_real_k, check_tau, get_method
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
 from topk_cli.properties.checks import CHECKS
@@ -54,9 +53,7 @@ def _check_k(k: object) -> int | float | None:
     ``k > 0`` (for the methods that take one; the others have no case at such a k)."""
     if k is None or is_integer_k(k):
         return None if k is None else check_k(k)
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (float, np.floating)) or not (math.isfinite(k) and k > 0):
-        raise InvalidArgumentError(f"k must be an integer >= 1 or a real number > 0, got {k!r}")
-    return float(k)
+    return check_real_k(k)
 
 
 def default_suite(
@@ -67,9 +64,10 @@ def default_suite(
     Per trial and size n in :data:`SUITE_SIZES`: a random vector at each spread of
     :data:`SUITE_SPREADS` (rotating offsets 0 and 1e6), a vector with ties, one with near-ties
     (relative gaps 1e-9), small integers with a tie at the k-th value; each at k = 1, 2, n/3,
-    n-1, n (or the given k), tau = 1. With ``real_k`` (and no given k), the same vectors at the
-    non-integer k = 0.5, 1.5, n - 0.5 follow, for the methods that take a real k. Same ``seed``
-    and ``trials``, same cases; the integer-k cases do not depend on ``real_k``.
+    n-1, n (or the given k), tau = 1. With ``real_k`` (and no given k), the same vectors follow,
+    each at one non-integer k, in turn 0.5, 1.5, n - 0.5 (those in (0, n)), for the methods that
+    take a real k. Same ``seed`` and ``trials``, same cases; the integer-k cases do not depend on
+    ``real_k``.
 
     Raises:
         InvalidArgumentError: ``trials < 1`` or a k that is neither an integer >= 1 nor a real > 0.
@@ -98,11 +96,12 @@ def default_suite(
                 near[1:] = near[0] * (1 + 1e-9 * np.arange(1, n)) + 1e-9 * np.arange(1, n)
                 vectors.append((rng.permutation(near), "near-ties"))
                 vectors.append((rng.integers(0, 3, n).astype(np.float64), "small integers"))
-            for x, label in vectors:
+            for index, (x, label) in enumerate(vectors):
                 for kk in _suite_ks(n, k):
                     cases.append(Case(tuple(float(v) for v in x), kk, 1.0, f"n={n} {label}"))
-                if real_k and k is None:
-                    real += [Case(tuple(float(v) for v in x), kk, 1.0, f"n={n} {label}") for kk in _real_suite_ks(n)]
+                reals = _real_suite_ks(n)
+                if real_k and k is None and reals:  # one non-integer k per vector, in turn
+                    real.append(Case(tuple(float(v) for v in x), reals[(index + t) % len(reals)], 1.0, f"n={n} {label}"))
     return tuple(cases + real)
 
 
