@@ -44,6 +44,14 @@ applicable), the worst violation seen, and, when the property fails, a shrunk
   than the stencil, are skipped;
 * ``finite``: the method returns finite weights; a reported numerical failure (e.g. ``log0``)
   counts as *not finite*. The other checks skip cases on which the method failed.
+
+With a real k (the methods that take one, :func:`takes_real_k`; the others have no case at a
+non-integer k, which is not a failure of theirs) every property above keeps its definition with
+``T_k`` the real-k hard top-k: 1 on the entries above the ``ceil(k)``-th largest value, the
+entries equal to it sharing ``k - #above`` (``hard-limit`` then needs the ``ceil(k)``-th value
+apart from both neighbours). Two more properties are measured for those methods
+(:data:`K_PROPERTIES`, :mod:`topk_cli.properties.in_k`): ``monotone-k`` (each ``p_i``
+non-decreasing in k) and ``continuous-k`` (no jump in k).
 """
 
 from topk_cli.properties.checks import (
@@ -60,8 +68,17 @@ from topk_cli.properties.checks import (
     check_sum,
 )
 from topk_cli.properties.evaluator import Evaluator
+from topk_cli.properties.in_k import (
+    K_CLAIMS,
+    check_continuous_k,
+    check_monotone_k,
+    expected_in_k,
+    k_applies,
+    takes_real_k,
+)
 from topk_cli.properties.results import (
     HARD_LIMIT_TAU_OVER_GAP,
+    K_PROPERTIES,
     PROPERTIES,
     SUITE_OFFSETS,
     SUITE_SIZES,
@@ -81,6 +98,8 @@ from topk_cli.properties.verify import cases_from_vectors, default_suite, verify
 __all__ = [
     "CHECKS",
     "HARD_LIMIT_TAU_OVER_GAP",
+    "K_CLAIMS",
+    "K_PROPERTIES",
     "PROPERTIES",
     "SUITE_OFFSETS",
     "SUITE_SIZES",
@@ -97,9 +116,11 @@ __all__ = [
     "_line_class",
     "_pole_probe",
     "cases_from_vectors",
+    "check_continuous_k",
     "check_finite",
     "check_hard_limit",
     "check_jacobian",
+    "check_monotone_k",
     "check_monotone_strict",
     "check_monotone_weak",
     "check_permutation_equivariant",
@@ -109,5 +130,8 @@ __all__ = [
     "check_softmax_at_k1",
     "check_sum",
     "default_suite",
+    "expected_in_k",
+    "k_applies",
+    "takes_real_k",
     "verify_properties",
 ]

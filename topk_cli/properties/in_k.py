@@ -65,10 +65,11 @@ _K_LOCAL_ROUNDS = 4
 #: a Monte-Carlo method (a thousand samples a row) gets fewer, of at most 10 entries.
 _MAX_K_VECTORS = 24
 _MAX_K_VECTORS_MONTE_CARLO = 8
-#: Grid intervals bisected per vector: the steepest ones, and the ones changing twice as much as
-#: both neighbours (at most :data:`_K_MAX_BISECTED` in all).
+#: Grid intervals bisected per vector: the steepest ones, the ones whose change sits most in one
+#: half, and the ones changing twice as much as both neighbours (at most :data:`_K_MAX_BISECTED`).
 _K_STEEPEST = 1
-_K_MAX_BISECTED = 3
+_K_UNEVEN = 2
+_K_MAX_BISECTED = 4
 
 
 def takes_real_k(method: str) -> bool:
@@ -223,8 +224,14 @@ def _continuity_measures(
     lipschitz: list[float] = []
     state: list[_Bisection] = []
     measured: list[bool] = []
-    for v, rows in enumerate(grids):
-        idx = np.flatnonzero(rows.ok)
+    pairs = [np.flatnonzero(rows.ok) for rows in grids]
+    # the midpoint of every interval between computed k: where p changes in one half only (a jump)
+    # rather than evenly (a slope), that interval is bisected even if others change more
+    mids = _eval_ks(
+        method,
+        [(c.array, (rows.ks[idx[:-1]] + rows.ks[idx[1:]]) / 2, c.tau) for c, rows, idx in zip(vectors, grids, pairs, strict=True)],
+    )
+    for v, (rows, idx, mid) in enumerate(zip(grids, pairs, mids, strict=True)):
         measured.append(idx.size >= 2)
         if idx.size < 2:
             lipschitz.append(0.0)
@@ -233,7 +240,13 @@ def _continuity_measures(
         delta = _change(rows.p[a], rows.q[a], rows.p[b], rows.q[b]).max(axis=1)
         width = rows.ks[b] - rows.ks[a]
         lipschitz.append(float(np.max(delta / width)))
-        chosen = list(np.argsort(-delta, kind="stable")[:_K_STEEPEST])
+        halves = np.maximum(
+            _change(rows.p[a], rows.q[a], mid.p, mid.q).max(axis=1), _change(mid.p, mid.q, rows.p[b], rows.q[b]).max(axis=1)
+        )
+        with np.errstate(invalid="ignore", divide="ignore"):
+            uneven = np.where(mid.ok & (delta > 0), halves / delta, 0.0)  # 1/2 for a slope, ~1 for a jump
+        chosen = [int(j) for j in np.argsort(-delta, kind="stable")[:_K_STEEPEST]]
+        chosen += [int(j) for j in np.lexsort((-delta, -uneven))[:_K_UNEVEN] if j not in chosen]
         left = np.concatenate(([0.0], delta[:-1]))
         right = np.concatenate((delta[1:], [0.0]))
         peaks = np.flatnonzero(delta > 2 * np.maximum(left, right))
