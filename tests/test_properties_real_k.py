@@ -107,9 +107,14 @@ def test_a_real_k_given_to_an_integer_only_method_is_not_applicable_not_a_crash(
         assert rows[("grad", prop)].holds is None, prop
         assert "grad takes an integer k only" in rows[("grad", prop)].detail, prop
     assert rows[("thre-laplace", "sum")].holds is True and rows[("thre-laplace", "sum")].checked == 1
-    assert all(c.k == 2.5 for c in default_suite(trials=1, k=2.5))
+    assert all(c.k == 2.5 for c in default_suite(trials=1, k=2.5, real_k=True))
     with pytest.raises(InvalidArgumentError, match="0 < k"):
-        default_suite(trials=1, k=-0.5)
+        default_suite(trials=1, k=-0.5, real_k=True)
+    # only integer-only methods selected: the k itself is refused, saying which methods take one
+    with pytest.raises(InvalidArgumentError, match=r"k must be an integer, got 2\.5: the selected methods take an integer k only"):
+        verify_properties(["grad", "iterative"], k=2.5)
+    with pytest.raises(InvalidArgumentError, match=r"k must be an integer, got 2\.5"):
+        default_suite(trials=1, k=2.5)
 
 
 # ---- the properties at a real k -----------------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from topk_cli.analysis.parallel import parallel_map
-from topk_cli.api import check_k, check_real_k, check_tau, get_method
+from topk_cli.api import check_k, check_real_k, check_tau, get_method, real_k_methods
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray
 from topk_cli.properties.checks import CHECKS
@@ -48,10 +48,11 @@ def _is_real(value: object) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def _check_k(k: object) -> int | float | None:
-    """``k`` as the suite uses it: None (every k of the suite), an ``int``, or a non-integer real
-    ``k > 0`` (for the methods that take one; the others have no case at such a k)."""
-    if k is None or is_integer_k(k):
+def _check_k(k: object, real_k: bool) -> int | float | None:
+    """``k`` as the suite uses it: None (every k of the suite), an ``int``, or (``real_k``: some
+    method takes a real k) a non-integer real ``k > 0``, which the methods that take an integer k
+    only have no case at."""
+    if k is None or is_integer_k(k) or not real_k:
         return None if k is None else check_k(k)
     return check_real_k(k)
 
@@ -64,13 +65,14 @@ def default_suite(
     Per trial and size n in :data:`SUITE_SIZES`: a random vector at each spread of
     :data:`SUITE_SPREADS` (rotating offsets 0 and 1e6), a vector with ties, one with near-ties
     (relative gaps 1e-9), small integers with a tie at the k-th value; each at k = 1, 2, n/3,
-    n-1, n (or the given k), tau = 1. With ``real_k`` (and no given k), the same vectors follow,
-    each at one non-integer k, in turn 0.5, 1.5, n - 0.5 (those in (0, n)), for the methods that
-    take a real k. Same ``seed`` and ``trials``, same cases; the integer-k cases do not depend on
-    ``real_k``.
+    n-1, n (or the given k), tau = 1. ``real_k``: the suite is also for methods that take a real
+    k; a non-integer k may be given, and without one the same vectors follow, each at one
+    non-integer k, in turn 0.5, 1.5, n - 0.5 (those in (0, n)). Same ``seed`` and ``trials``,
+    same cases; the integer-k cases do not depend on ``real_k``.
 
     Raises:
-        InvalidArgumentError: ``trials < 1`` or a k that is neither an integer >= 1 nor a real > 0.
+        InvalidArgumentError: ``trials < 1``, ``k < 1``, or a non-integer k without ``real_k``
+            (a real ``k <= 0`` with it).
 
     >>> len(default_suite(trials=1)) > 100
     True
@@ -79,7 +81,7 @@ def default_suite(
         raise InvalidArgumentError(f"trials must be an integer >= 1, got {trials!r}")
     if not _is_int(seed) or seed < 0:
         raise InvalidArgumentError(f"seed must be an integer >= 0, got {seed!r}")
-    k = _check_k(k)
+    k = _check_k(k, real_k)
     rng = np.random.default_rng(seed)
     cases: list[Case] = []
     real: list[Case] = []
@@ -117,7 +119,7 @@ def cases_from_vectors(
     >>> [c.k for c in cases_from_vectors([[3.0, 1.0, 2.0]])]
     [1, 2, 3]
     """
-    k = _check_k(k)
+    k = _check_k(k, real_k)
     check_tau(tau)
     try:
         arr = np.asarray(vectors, dtype=np.float64)
@@ -221,6 +223,13 @@ def verify_properties(
     for name in names:
         get_method(name)
     real_k = any(takes_real_k(name) for name in names)
+    if k is not None and not real_k and not is_integer_k(k):
+        try:
+            check_k(k)
+        except InvalidArgumentError as exc:
+            others = real_k_methods()
+            hint = f" (methods that take a real k: {', '.join(others)})" if others else ""
+            raise InvalidArgumentError(f"{exc}: the selected methods take an integer k only{hint}") from None
     if properties is not None:
         props = tuple(properties)
     else:
