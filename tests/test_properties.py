@@ -23,6 +23,7 @@ from topk_cli.properties import (
     check_softmax_at_k1,
     check_sum,
     default_suite,
+    takes_real_k,
     verify_properties,
 )
 from topk_cli.registry import METHODS
@@ -183,7 +184,8 @@ def test_verify_properties_report_shape() -> None:
     assert [(r.method, r.property) for r in report.results] == [
         ("hard", "range"), ("hard", "smooth"), ("thre-exp", "range"), ("thre-exp", "smooth"),
     ]
-    assert report.source == "input" and report.cases == 4
+    real = 3 if takes_real_k("hard") else 0  # and k = 0.5, 1.5, 3.5 for the methods taking a real k
+    assert report.source == "input" and report.cases == 4 + real
     with pytest.raises(ValueError, match="unknown property"):
         verify_properties(["hard"], properties=["bogus"])
     with pytest.raises(ValueError, match="unknown method"):
