@@ -76,8 +76,8 @@ def takes_real_k(method: str) -> bool:
     """True when ``method`` takes a real k (``capabilities.integer_k`` is False), as ``hard``, the
     threshold methods, ``ot-sinkhorn`` and ``perturbed`` do; integer-only methods refuse one.
 
-    >>> takes_real_k("hard"), takes_real_k("grad")  # doctest: +SKIP
-    (True, False)
+    >>> takes_real_k("grad")
+    False
     """
     return not get_method(method).capabilities.integer_k
 
@@ -93,7 +93,11 @@ def is_integer_k(k: object) -> bool:
 
 def k_applies(method: str, k: object) -> bool:
     """Whether ``method`` is defined at ``k``: every method at an integer k, only the methods that
-    take a real k (:func:`takes_real_k`) at a non-integer one."""
+    take a real k (:func:`takes_real_k`) at a non-integer one.
+
+    >>> k_applies("grad", 2), k_applies("grad", 2.0), k_applies("grad", 2.5)
+    (True, True, False)
+    """
     return is_integer_k(k) or takes_real_k(method)
 
 
@@ -132,14 +136,23 @@ class _KRows:
 
 
 def _eval_ks(method: str, items: Sequence[tuple[FloatArray, FloatArray, float]]) -> list[_KRows]:
-    """Each ``(x, ks, tau)`` evaluated at every k of ``ks``: one call per ``(n, tau)``, one k per row."""
-    out: list[_KRows | None] = [None] * len(items)
+    """Each ``(x, ks, tau)`` evaluated at every k of ``ks``, one k per row: one call per tau, the
+    vectors padded with masked entries (``-inf``) to the longest; one call per ``(n, tau)`` for a
+    Monte-Carlo method (its noise depends on n)."""
+    monte_carlo = get_method(method).capabilities.monte_carlo
     groups: dict[tuple[int, float], list[int]] = {}
     for index, (x, _, tau) in enumerate(items):
-        groups.setdefault((x.shape[-1], float(tau)), []).append(index)
-    monte_carlo = get_method(method).capabilities.monte_carlo
+        groups.setdefault((x.shape[-1] if monte_carlo else 0, float(tau)), []).append(index)
+    out: list[_KRows] = [
+        _KRows(ks, np.zeros((0, x.shape[-1])), np.zeros((0, x.shape[-1])), np.zeros(0, dtype=bool), 0.0)
+        for x, ks, _ in items
+    ]
     for (_, tau), indices in groups.items():
-        batch = np.vstack([np.repeat(items[i][0][None, :], items[i][1].size, axis=0) for i in indices])
+        width = max(items[i][0].shape[-1] for i in indices)
+        padded = [np.pad(items[i][0], (0, width - items[i][0].shape[-1]), constant_values=-np.inf) for i in indices]
+        batch = np.vstack([np.repeat(x[None, :], items[i][1].size, axis=0) for x, i in zip(padded, indices, strict=True)])
+        if batch.shape[0] == 0:
+            continue
         kcol = np.concatenate([items[i][1] for i in indices]).astype(np.float64)
         r = evaluate(batch, kcol, method, tau=tau)
         weights = np.asarray(r.weights, dtype=np.float64)
@@ -147,14 +160,15 @@ def _eval_ks(method: str, items: Sequence[tuple[FloatArray, FloatArray, float]])
         status = np.asarray(r.status)
         start = 0
         for i in indices:
-            rows = slice(start, start + items[i][1].size)
-            start += items[i][1].size
+            n, size = items[i][0].shape[-1], items[i][1].size
+            rows = slice(start, start + size)
+            start += size
             ok = status[rows] == "ok"
             slack = 0.0
             if monte_carlo and r.stderr is not None and ok.any():
                 slack = MONTE_CARLO_STDERRS * float(np.nanmax(np.asarray(r.stderr)[rows][ok]))
-            out[i] = _KRows(items[i][1], weights[rows], complement[rows], ok, slack)
-    return [rows for rows in out if rows is not None]
+            out[i] = _KRows(items[i][1], weights[rows, :n], complement[rows, :n], ok, slack)
+    return out
 
 
 @dataclass(frozen=True)
@@ -424,8 +438,8 @@ def check_monotone_k(method: str, cases: Sequence[Case], *, evaluator: Evaluator
     """Each ``p_i`` non-decreasing in k on a grid of k over ``(0, m]`` per vector of ``cases``
     (tolerance 1e-12); not applicable to a method that takes an integer k only.
 
-    >>> check_monotone_k("hard", [Case((3.0, 1.0, 2.0), 2)]).holds  # doctest: +SKIP
-    True
+    >>> check_monotone_k("grad", [Case((3.0, 1.0, 2.0), 2)]).detail
+    'not applicable: grad takes an integer k only'
     """
     return _check_in_k(method, "monotone-k", cases, evaluator, TOL_ABS, _monotone_measures)
 
@@ -434,7 +448,7 @@ def check_continuous_k(method: str, cases: Sequence[Case], *, evaluator: Evaluat
     """``p`` continuous in k: no change beyond a Lipschitz bound over a width ``h / 2^20`` of k
     (tolerance 1e-9); not applicable to a method that takes an integer k only.
 
-    >>> check_continuous_k("hard", [Case((3.0, 1.0, 2.0), 2)]).holds  # doctest: +SKIP
+    >>> check_continuous_k("grad", [Case((3.0, 1.0, 2.0), 2)]).holds is None
     True
     """
     return _check_in_k(method, "continuous-k", cases, evaluator, TOL_CONTINUOUS_K, _continuity_measures)
