@@ -382,18 +382,21 @@ THRESHOLD_F: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
 }
 
 
-def _float_lambda(z: Sequence[Any], k: int, method: str) -> float:
+def _float_lambda(z: Sequence[Any], k: Any, method: str) -> float:
     """A float64 estimate of the threshold by bisection (a starting point only).
 
-    The sign of ``g`` is decided as ``log sum_{i not in top k} f(z_i - lambda)`` versus
-    ``log sum_{i in top k} (1 - f(z_i - lambda))`` (log-sum-exp of log-terms written without
-    ``1 - f`` cancellation or underflow), so it is right even where every ``f`` rounds to 0
-    or 1 in float64 (e.g. ``lambda`` thousands of units below the top k).
+    The sign of ``g`` is decided as ``log sum_{i not in top j} f(z_i - lambda)`` versus
+    ``log (sum_{i in top j} (1 - f(z_i - lambda)) + (k - j))``, ``j = floor(k)`` (log-sum-exp of
+    log-terms written without ``1 - f`` cancellation or underflow), so it is right even where every
+    ``f`` rounds to 0 or 1 in float64 (e.g. ``lambda`` thousands of units below the top k).
+    ``k`` may be real.
     """
     import numpy as np
 
     zf = np.sort(np.array([float(v) for v in z]))[::-1]
-    top, rest = zf[:k], zf[k:]
+    j = int(mpmath.floor(k))
+    frac = float(k - j)
+    top, rest = zf[:j], zf[j:]
     log2 = math.log(2.0)
 
     def log_f(t: np.ndarray) -> np.ndarray:
@@ -414,6 +417,8 @@ def _float_lambda(z: Sequence[Any], k: int, method: str) -> float:
         with np.errstate(divide="ignore"):  # log 0 = -inf for saturated entries is intended
             a = np.logaddexp.reduce(log_f(rest - lam))
             b = np.logaddexp.reduce(log_fc(top - lam))
+            if frac > 0:
+                b = np.logaddexp(b, math.log(frac))
         return bool(a > b)
 
     lo, hi = float(zf.min()) - 1, float(zf.max()) + 1
@@ -432,12 +437,13 @@ def _float_lambda(z: Sequence[Any], k: int, method: str) -> float:
     return 0.5 * (lo + hi)
 
 
-def threshold_lambda(z: Sequence[Any], k: int, method: str) -> Any:
-    """Root of ``sum f(z - lambda) = k`` (``k < len(z)``) at the working precision.
+def threshold_lambda(z: Sequence[Any], k: Any, method: str) -> Any:
+    """Root of ``sum f(z - lambda) = k`` (``0 < k < len(z)``, ``k`` may be real) at the working precision.
 
     ``g(lambda) = sum f(z - lambda) - k`` is continuous and non-increasing; it is evaluated as
-    ``sum_{rest} f - sum_{top k} (1 - f)`` so that its sign is right even when ``|g|`` is far
-    below the working precision's ulp of ``k``. A float64 estimate
+    ``sum_{rest} f - sum_{top j} (1 - f) - (k - j)`` with ``j = floor(k)``, so that (for an
+    integer k) its sign is right even when ``|g|`` is far below the working precision's ulp of
+    ``k``. A float64 estimate
     gives a bracket ``[lo, hi]`` with ``g(lo) > 0 >= g(hi)``, verified in mpmath (widened until
     it holds); safeguarded Newton (bisection whenever a step leaves the bracket or ``|g|``
     stalls, e.g. at the kink of ``min(1, e^t)``) shrinks it until the weights it implies are
@@ -447,11 +453,13 @@ def threshold_lambda(z: Sequence[Any], k: int, method: str) -> Any:
     f, df = THRESHOLD_F[method]
     fc = THRESHOLD_FC[method]
     ordered = sorted(z, reverse=True)
-    top, rest = ordered[:k], ordered[k:]
+    j = int(mpmath.floor(k))
+    frac = mpf(k) - j
+    top, rest = ordered[:j], ordered[j:]
 
     def g(lam: Any) -> Any:
-        # sum f - k = sum_{rest} f - sum_{top k} (1 - f): accurate even when g is e^-12000
-        return mpmath.fsum(f(v - lam) for v in rest) - mpmath.fsum(fc(v - lam) for v in top)
+        # sum f - k = sum_{rest} f - sum_{top j} (1 - f) - frac: accurate even when g is e^-12000
+        return mpmath.fsum(f(v - lam) for v in rest) - mpmath.fsum(fc(v - lam) for v in top) - frac
 
     guess = mpf(_float_lambda(z, k, method))
     width = mpf(10) ** -9 * (1 + abs(guess))
@@ -502,13 +510,17 @@ def threshold_lambda(z: Sequence[Any], k: int, method: str) -> Any:
     return lam
 
 
-def threshold(x: Sequence[Any], k: int, tau: Any = 1.0, *, method: str, dps: int = DPS) -> list[Any]:
-    """``p = f(z - lambda)`` with ``sum p = k``; all ones when ``k`` equals the unmasked count."""
+def threshold(x: Sequence[Any], k: Any, tau: Any = 1.0, *, method: str, dps: int = DPS) -> list[Any]:
+    """``p = f(z - lambda)`` with ``sum p = k`` (``k`` may be real, ``0 < k <= #unmasked``); all
+    ones when ``k`` equals the unmasked count."""
     f, _ = THRESHOLD_F[method]
     dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
-        _check_k(k, len(z))
+        if isinstance(k, int):
+            _check_k(k, len(z))
+        elif not 0 < k <= len(z):
+            raise ValueError(f"reference: k={k} with {len(z)} unmasked entries")
         if k == len(z):
             return _scatter([mpf(1)] * k, idx, n)
         lam = threshold_lambda(z, k, method)
