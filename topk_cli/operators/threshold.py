@@ -31,7 +31,7 @@ Jacobian (implicit function theorem): ``dp/dz = diag(d) - d d^T / sum(d)`` with
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -71,6 +71,46 @@ def _tail_mass(top: FloatArray, tail: FloatArray) -> tuple[FloatArray, FloatArra
 def _take(a: FloatArray, idx: np.ndarray) -> FloatArray:
     """``a[b, idx[b]]`` for every row ``b``."""
     return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
+
+
+def _kr(k: Any, rows: Any) -> Any:
+    """``k`` of those rows: the ``int`` itself (every row shares it), or those rows of a per-row array."""
+    return k[rows] if isinstance(k, np.ndarray) else k
+
+
+def sort_size(need: np.ndarray, k: FloatArray, n: int) -> np.ndarray:
+    """The partial-sort size of rows with per-row ``k`` that need at least ``need`` entries sorted:
+    ``need`` itself where ``k`` is an integer (so those rows sort as with an ``int`` k, bit for bit),
+    else ``need`` rounded up to 4 sizes per octave (at most 25% more), so that a batch of
+    scattered real ``k`` forms a few groups (see :func:`_grouped`); at most ``n``.
+    """
+    need = np.maximum(need, 1)
+    step = np.left_shift(1, np.maximum(np.floor(np.log2(need)).astype(np.int64) - 2, 0))
+    coarse = -(-need // step) * step
+    return np.minimum(np.where(k == np.floor(k), need, coarse), max(n, 1))
+
+
+def _grouped(z: FloatArray, k: Any, keys: np.ndarray,
+             solve: Callable[[FloatArray, Any, int], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """``solve(z, k, key)`` (per-row results, row first) on each group of rows sharing the integer
+    ``keys[b]`` (the size of a method's partial sort, e.g. ``ceil(k)``), merged.
+
+    A per-row ``k`` changes how many entries a row's solve sorts; grouping the rows by that size
+    makes every row's result the one it has alone (the same sort, the same sums), whatever the
+    other rows' k. One distinct size (the usual case) calls ``solve`` once on the whole batch.
+    """
+    values = np.unique(keys)
+    if values.size == 1:
+        return solve(z, k, int(values[0]))
+    outs: tuple[np.ndarray, ...] = ()
+    for v in values:
+        rows = np.flatnonzero(keys == v)
+        res = solve(z[rows], k[rows], int(v))
+        if not outs:
+            outs = tuple(np.empty((z.shape[0], *r.shape[1:]), dtype=r.dtype) for r in res)
+        for full, part in zip(outs, res, strict=True):
+            full[rows] = part
+    return outs
 
 
 def _select(mask: np.ndarray, a: FloatArray, b: FloatArray) -> FloatArray:
@@ -144,12 +184,12 @@ def _fill_saturated(z: FloatArray, rows: np.ndarray, p: FloatArray, q: FloatArra
 # the closed forms: choosing the branch m = #{z_i > lambda}
 
 
-def _g_exp(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, j: np.ndarray) -> FloatArray:
+def _g_exp(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any, j: np.ndarray) -> FloatArray:
     """``G(s_j)`` for ``f = min(1, e^t)``: ``j + sum_{i >= j} e^{s_i - s_j}`` (0-based ``j``)."""
     return j + np.exp(_log_below(top, s_last, t0, j))
 
 
-def _g_laplace(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, j: np.ndarray) -> FloatArray:
+def _g_laplace(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any, j: np.ndarray) -> FloatArray:
     """``G(s_j)`` for the Laplace CDF: ``(j + 1) - X/2 + Y/2``, every term relative to ``s_j``.
 
     ``X = sum_{i <= j} e^{s_j - s_i}`` and ``Y = sum_{i > j} e^{s_i - s_j}``.
@@ -170,10 +210,10 @@ def _g_laplace_from(top: FloatArray, s_last: FloatArray, t0: FloatArray, j: np.n
     return (j + 1) - 0.5 * x + 0.5 * y
 
 
-GFn = Callable[[FloatArray, FloatArray, FloatArray, int, np.ndarray], FloatArray]
+GFn = Callable[[FloatArray, FloatArray, FloatArray, Any, np.ndarray], FloatArray]
 
 
-def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, upper: np.ndarray,
+def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any, upper: np.ndarray,
             guess: np.ndarray, g: GFn, g_left: FloatArray | None = None) -> np.ndarray:
     """``m = #{j < upper : G(s_j) < k}`` per row (``G(s_j)`` increases with ``j``).
 
@@ -191,7 +231,8 @@ def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, upper: 
     rows = np.flatnonzero(lo < hi)
     while rows.size:
         mid = (lo[rows] + hi[rows]) // 2
-        below_k = g(top[rows], s_last[rows], t0[rows], k, mid) < k
+        kr = _kr(k, rows)
+        below_k = g(top[rows], s_last[rows], t0[rows], kr, mid) < kr
         lo[rows] = np.where(below_k, mid + 1, lo[rows])
         hi[rows] = np.where(below_k, hi[rows], mid)
         rows = rows[lo[rows] < hi[rows]]
@@ -202,7 +243,7 @@ def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, upper: 
 # thre-exp
 
 
-def _exp_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int,
+def _exp_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any,
                 m: np.ndarray) -> tuple[FloatArray, FloatArray]:
     """``(ref, delta)`` of branch ``m`` (``m`` saturated): ``lambda = ref + delta``, ``ref = s_{m+1}``."""
     ref = _take(top, m)
@@ -210,7 +251,39 @@ def _exp_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int,
     return ref, delta
 
 
-def thre_exp_forward(z: FloatArray, k: int) -> Forward:
+def _exp_threshold(z: FloatArray, k: Any, size: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    """``(ref, delta, saturated_rows)`` of the ``thre-exp`` threshold ``lambda = ref + delta``.
+
+    ``size >= ceil(k)`` (the same for every row; ``= k`` for an ``int``): fewer than ``k`` entries
+    saturate, so the ``size`` largest entries, sorted, and the mass of the others decide every branch.
+    """
+    top, tail = _split_top(z, size)
+    # exactly size finite entries <=> nothing finite outside the top size
+    sat_rows = np.max(tail, axis=1) == -np.inf if tail.shape[1] else np.ones(z.shape[0], dtype=bool)
+    if isinstance(k, np.ndarray):
+        sat_rows &= k == size  # a real k below the number of entries leaves room for a threshold
+    s_last, t0 = _tail_mass(top, tail)
+    # Log-space guess: lambda_m = log S(m) - log(k - m), S(m) = sum of all but the top m.
+    with np.errstate(divide="ignore"):  # empty tails give log 0 = -inf
+        log_tail = np.where(t0 > 0, s_last + np.log(np.where(t0 > 0, t0, 1.0)), -np.inf)
+    seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
+    log_s = np.logaddexp.accumulate(seq, axis=1)[:, :0:-1]  # log S(m), m = 0..size-1
+    if isinstance(k, np.ndarray):
+        room = k[:, None] - np.arange(size)  # k - m: only m < k are branches
+        with np.errstate(divide="ignore", invalid="ignore"):
+            guess = np.argmin(np.where(room > 0, log_s - np.log(np.where(room > 0, room, 1.0)), np.inf), axis=1)
+        upper = np.where(sat_rows, size, np.ceil(k).astype(np.int64) - 1)
+    else:
+        guess = np.argmin(log_s - np.log(k - np.arange(k))[None, :], axis=1)
+        upper = np.where(sat_rows, size, size - 1)
+    m = _branch(top, s_last, t0, k, upper, guess, _g_exp)
+    ref, delta = _exp_branch(top, s_last, t0, k, np.minimum(m, size - 1))
+    ref = np.where(sat_rows, 0.0, ref)
+    delta = np.where(sat_rows, 0.0, delta)
+    return ref, delta, sat_rows
+
+
+def thre_exp_forward(z: FloatArray, k: Any) -> Forward:
     """``p = min(1, exp(z - lambda))`` with ``sum p = k``, in closed form after a partial sort.
 
     Solves ``max_{p in D(n,k)} <p, z> - sum p_i (log p_i - 1)``. Only the top k entries can
@@ -218,27 +291,21 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
     (the true ``m`` also gives the smallest such ``lambda``). At ``k = 1`` this is softmax.
     Cost: one ``np.partition``, a sort of the top k, one ``exp`` over the row.
 
-    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]``.
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows are grouped by ``ceil(k)``, the
+    size of their partial sort; ``lambda_m = log S(m) - log(k - m)`` holds for a real ``k``).
+
+    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]`` and
+    ``aux["t"] = min(z - lambda, 0)`` (``-inf`` on masked entries), from which
+    :data:`THRE_EXP`'s ``dk`` and ``log_weights`` work in log space.
     ``q = -expm1(z - lambda)`` on unsaturated entries and exactly 0 on saturated ones.
 
     >>> np.round(thre_exp_forward(np.array([[0.0, -1.0, -2.0]]), 2).p, 4)
     array([[1.    , 0.7311, 0.2689]])
     """
-    top, tail = _split_top(z, k)
-    # exactly k finite entries <=> nothing finite outside the top k
-    sat_rows = np.max(tail, axis=1) == -np.inf if tail.shape[1] else np.ones(z.shape[0], dtype=bool)
-    s_last, t0 = _tail_mass(top, tail)
-    # Log-space guess: lambda_m = log S(m) - log(k - m), S(m) = sum of all but the top m.
-    with np.errstate(divide="ignore"):  # empty tails give log 0 = -inf
-        log_tail = np.where(t0 > 0, s_last + np.log(np.where(t0 > 0, t0, 1.0)), -np.inf)
-    seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
-    log_s = np.logaddexp.accumulate(seq, axis=1)[:, :0:-1]  # log S(m), m = 0..k-1
-    guess = np.argmin(log_s - np.log(k - np.arange(k))[None, :], axis=1)
-    upper = np.where(sat_rows, k, k - 1)
-    m = _branch(top, s_last, t0, k, upper, guess, _g_exp)
-    ref, delta = _exp_branch(top, s_last, t0, k, np.minimum(m, k - 1))
-    ref = np.where(sat_rows, 0.0, ref)
-    delta = np.where(sat_rows, 0.0, delta)
+    if isinstance(k, np.ndarray):
+        ref, delta, sat_rows = _grouped(z, k, sort_size(np.ceil(k).astype(np.int64), k, z.shape[1]), _exp_threshold)
+    else:
+        ref, delta, sat_rows = _exp_threshold(z, k, k)
     t = np.subtract(z, ref[:, None])
     t -= delta[:, None]
     np.minimum(t, 0.0, out=t)  # the kink t = 0 counts as saturated: p = 1, q = 0, d = 0
@@ -253,7 +320,7 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
     d = np.multiply(p, t < 0.0)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
-    return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
+    return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "t": t})
 
 
 #: Rows whose threshold lies this far below the row maximum (in ``z``) are refined by
@@ -262,7 +329,7 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
 REFINE_BELOW = 64.0
 
 
-def thre_exp_refine(fwd: Forward, z: FloatArray, k: int, residual: ResidualFn) -> Forward:
+def thre_exp_refine(fwd: Forward, z: FloatArray, k: Any, residual: ResidualFn) -> Forward:
     """``fwd`` recomputed on the rows whose threshold is at least :data:`REFINE_BELOW` below the row
     maximum, from the scores relative to the largest unsaturated one, corrected by the rounding error
     of ``z``.
@@ -290,13 +357,15 @@ def thre_exp_refine(fwd: Forward, z: FloatArray, k: int, residual: ResidualFn) -
     m = np.isfinite(zr).sum(axis=1) - un.sum(axis=1)  # saturated entries
     top = np.max(w, axis=1)
     with np.errstate(under="ignore", divide="ignore"):
-        delta = top + np.log(np.exp(w - top[:, None]).sum(axis=1)) - np.log(k - m)
+        delta = top + np.log(np.exp(w - top[:, None]).sum(axis=1)) - np.log(_kr(k, rows) - m)
         t = np.minimum(w - delta[:, None], 0.0)
         pr = np.where(un, np.exp(t), p[rows])
         qr = np.where(un, np.where(pr > 0.5, -np.expm1(t), 1.0 - pr), fwd.q[rows])
     dr = np.where(un, pr * (t < 0.0), 0.0)
-    out = Forward(p=p.copy(), q=fwd.q.copy(), aux={"lambda": lam.copy(), "d": fwd.aux["d"].copy()})
+    out = Forward(p=p.copy(), q=fwd.q.copy(), aux={name: val.copy() for name, val in fwd.aux.items()})
     out.p[rows], out.q[rows], out.aux["d"][rows] = pr, qr, dr
+    if "t" in out.aux:  # saturated entries keep t = 0, masked ones -inf
+        out.aux["t"][rows] = np.where(un, t, np.where(np.isfinite(zr), 0.0, -np.inf))
     out.aux["lambda"][rows] = _take(zr, r) + delta
     return out
 
@@ -305,7 +374,7 @@ def thre_exp_refine(fwd: Forward, z: FloatArray, k: int, residual: ResidualFn) -
 # thre-laplace
 
 
-def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, m: np.ndarray,
+def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any, m: np.ndarray,
                     logs: tuple[FloatArray, FloatArray] | None = None) -> tuple[FloatArray, FloatArray]:
     """``(ref, delta)`` of branch ``m`` (``m`` entries above lambda), accurately.
 
@@ -334,7 +403,7 @@ def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int,
     return ref, delta
 
 
-def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
+def thre_laplace_forward(z: FloatArray, k: Any) -> Forward:
     """``p = F(z - lambda)``, ``F`` the Laplace CDF, ``sum p = k``: closed form after a partial sort.
 
     ``F(t) = 1 - e^{-t}/2`` for ``t >= 0`` and ``e^t/2`` for ``t < 0``. With ``m`` entries above
@@ -344,7 +413,11 @@ def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
     ``q = 1 - p`` is ``e^{-t}/2`` above lambda. C1: ``F'(t) = e^{-|t|}/2`` is continuous.
     At ``k = 1`` it equals softmax only while every softmax weight is < 1/2.
 
-    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]``.
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (``m < 2k`` still: the rows are
+    grouped by ``ceil(2k)``, the size of their partial sort).
+
+    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]`` and
+    ``aux["t"] = z - lambda`` (``-inf`` on masked entries) for ``dk`` and ``log_weights``.
 
     >>> np.round(thre_laplace_forward(np.array([[0.0, -1.0, -2.0]]), 1).p, 4)
     array([[0.6453, 0.2593, 0.0954]])
@@ -365,7 +438,7 @@ def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
     np.abs(q, out=q)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
-    return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
+    return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "t": t})
 
 
 def _laplace_guess_log(top: FloatArray, s_last: FloatArray, t0: FloatArray) -> FloatArray:
@@ -415,12 +488,27 @@ class LaplaceStart(NamedTuple):
     t0: FloatArray
 
 
-def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
-    """The Laplace threshold of ``z`` with the partial sort and tail mass it used."""
+def laplace_sort_size(k: Any) -> Any:
+    """How many of a row's largest entries the Laplace and sigmoid solves sort: ``ceil(2k)``
+    (entries above the threshold have ``p > 1/2``, so fewer than ``2k`` of them), per row for a
+    ``(B,)`` array."""
+    return np.ceil(2.0 * k).astype(np.int64) if isinstance(k, np.ndarray) else 2 * k
+
+
+def _laplace_start(z: FloatArray, k: Any, size: int | None = None) -> LaplaceStart:
+    """The Laplace threshold of ``z`` with the partial sort and tail mass it used.
+
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row whose :func:`laplace_sort_size` is at
+    most ``size`` for every row (see :func:`sort_size`).
+    """
     n = z.shape[1]
-    size = min(n, 2 * k)
+    size = min(n, 2 * k if size is None else size)
     top, tail = _split_top(z, size)
-    sat_rows = _saturated_from_top(top, k)
+    if isinstance(k, np.ndarray):
+        # exactly k finite entries (k <= #finite): the top holds min(#finite, ceil(2k)) >= k of them
+        sat_rows = np.isfinite(top).sum(axis=1) == k
+    else:
+        sat_rows = _saturated_from_top(top, k)
     n_fin = np.isfinite(top).sum(axis=1)  # min(#finite, size): what ``upper`` needs
     s_last, t0 = _tail_mass(top, tail)  # ``tail`` now holds e^{z - shift}
     # A guess of G(s_j) from prefix sums (``_branch`` verifies it, so it only has to be close).
@@ -431,7 +519,8 @@ def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
     if far.any():
         g_guess[far] = _laplace_guess_log(top[far], s_last[far], t0[far])
     upper = np.minimum(n_fin, size)
-    guess = np.clip(np.sum((g_guess < k) & np.isfinite(top), axis=1), 0, upper)
+    k_col = k[:, None] if isinstance(k, np.ndarray) else k
+    guess = np.clip(np.sum((g_guess < k_col) & np.isfinite(top), axis=1), 0, upper)
     # The branch check's first evaluation, G(s_{j}) with j = max(guess - 1, 0), needs the two
     # log-sums at j + 1; where the check confirms m = j + 1 (the usual case), the closed form
     # below reuses them (the same values, so the same bits as evaluating them again).
@@ -450,10 +539,20 @@ def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
     return LaplaceStart(ref, delta, sat_rows, top, s_last, tail, t0)
 
 
-def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
-    """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
-    start = _laplace_start(z, k)
-    return start.ref, start.delta, start.saturated
+def _laplace_threshold(z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``.
+
+    A per-row ``k`` groups the rows by :func:`laplace_sort_size`."""
+    if not isinstance(k, np.ndarray):
+        start = _laplace_start(z, k)
+        return start.ref, start.delta, start.saturated
+
+    def solve(zz: FloatArray, kk: Any, size: int) -> tuple[np.ndarray, ...]:
+        start = _laplace_start(zz, kk, size)
+        return start.ref, start.delta, start.saturated
+
+    ref, delta, sat = _grouped(z, k, sort_size(laplace_sort_size(k), k, z.shape[1]), solve)
+    return ref, delta, sat
 
 
 # ---------------------------------------------------------------------------------------------
@@ -500,10 +599,194 @@ def threshold_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatAr
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# derivative in k and log-weights (shared)
+
+_LN2 = float(np.log(2.0))
+
+
+class ThresholdLink(NamedTuple):
+    """What :func:`threshold_dk` and :func:`threshold_log_weights` need of one method ``p = f(z - lambda)``.
+
+    ``t(fwd, z)``: ``z - lambda`` as the forward computed its weights (``-inf`` on masked entries;
+    rows with ``k = #finite`` are ignored). ``log_d(t)``: ``log f'(t)`` up to a constant per row
+    (``-inf`` where ``f' = 0``). ``log_pq(t)``: ``(log f(t), log(1 - f(t)))`` without underflow.
+    ``full``: the limit of ``dp/dk`` as ``k`` rises to ``#finite`` (see :func:`threshold_dk`):
+    ``"lowest"`` (uniform over the smallest finite entries) or ``"softmin"`` (``e^{-z}`` normalised).
+    """
+
+    t: Callable[[Forward, FloatArray], FloatArray]
+    log_d: Callable[[FloatArray], FloatArray]
+    log_pq: Callable[[FloatArray], tuple[FloatArray, FloatArray]]
+    full: str
+
+
+def _full_rows(z: FloatArray, mode: str) -> FloatArray:
+    """``dp/dk`` of rows with ``k = #finite`` as the limit from below (``mode`` as ``ThresholdLink.full``)."""
+    fin = np.isfinite(z)
+    low = np.min(np.where(fin, z, np.inf), axis=1, keepdims=True)
+    if mode == "lowest":
+        w = (fin & (z == low)).astype(np.float64)
+    else:
+        with np.errstate(under="ignore", invalid="ignore"):  # far entries: e^{-|z - low|} = 0
+            w = np.where(fin, np.exp(np.where(fin, low - z, 0.0)), 0.0)
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def threshold_dk(fwd: Forward, z: FloatArray, k: Any, link: ThresholdLink) -> FloatArray:
+    """``dp/dk = d / sum(d)``, ``d_i = f'(z_i - lambda)`` (from ``sum_i f(z_i - lambda) = k``), shape ``(B, n)``.
+
+    Computed as ``exp(log d - max log d)`` normalised, so it stays accurate where every ``d_i``
+    underflows (an extremely hard selection: then it concentrates on the entries nearest
+    ``lambda``). Masked entries get 0. Two rows have no two-sided derivative:
+
+    * ``k = #finite`` (every weight 1, ``lambda = -inf``): the one-sided derivative from below is
+      returned, the limit of ``d / sum d`` as ``k`` rises to ``#finite``: uniform over the smallest
+      finite entries for ``thre-exp``, ``thre-clip`` and ``thre-cube`` (only they stay below 1
+      near the end), ``e^{-z_i} / sum_j e^{-z_j}`` for ``thre-sigmoid`` and ``thre-laplace``
+      (``f'(t) ~ e^{-t}`` as ``t -> inf``);
+    * an integer ``k`` where no entry is strictly inside ``0 < f < 1`` (``thre-clip``/``thre-cube``
+      with every weight exactly 0 or 1, ``d = 0``): ``dp/dk`` jumps there; zeros are returned, as
+      :func:`threshold_jacobian` returns the zero matrix.
+    """
+    t = link.t(fwd, z)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):  # log 0 = -inf: f' = 0
+        log_d = link.log_d(t)
+        top = np.max(log_d, axis=1)
+        ok = np.isfinite(top)
+        w = np.exp(log_d - np.where(ok, top, 0.0)[:, None])
+    total = w.sum(axis=1, keepdims=True)
+    out = np.divide(w, total, out=np.zeros_like(w), where=ok[:, None] & (total > 0))
+    full = np.flatnonzero(fwd.aux["lambda"] == -np.inf)
+    if full.size:
+        out[full] = _full_rows(z[full], link.full)
+    return out
+
+
+def threshold_log_weights(fwd: Forward, z: FloatArray, k: Any, link: ThresholdLink) -> tuple[FloatArray, FloatArray]:
+    """``(log p, log(1 - p))`` from ``t = z - lambda``, accurate where ``p`` or ``1 - p`` is far below
+    the smallest float64; ``(-inf, 0)`` on masked entries, ``(0, -inf)`` on the finite entries of a
+    row with ``k = #finite`` (and wherever ``p`` is exactly 1)."""
+    t = link.t(fwd, z)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore", over="ignore"):
+        log_p, log_q = link.log_pq(t)
+    fin = np.isfinite(z)
+    log_p = np.where(fin, log_p, -np.inf)
+    log_q = np.where(fin, log_q, 0.0)
+    full = np.flatnonzero(fwd.aux["lambda"] == -np.inf)
+    if full.size:
+        fr = fin[full]
+        log_p[full] = np.where(fr, 0.0, -np.inf)
+        log_q[full] = np.where(fr, -np.inf, 0.0)
+    return log_p, log_q
+
+
+def _stored_t(fwd: Forward, z: FloatArray) -> FloatArray:
+    return fwd.aux["t"]
+
+
+def _log_d_exp(t: FloatArray) -> FloatArray:
+    return np.where(t < 0.0, t, -np.inf)  # the kink t = 0 counts as saturated (d = 0)
+
+
+def _log_pq_exp(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    # t = min(z - lambda, 0): log p = t; log q = log(-expm1(t)) near 0, log1p(-e^t) below -log 2
+    log_q = np.where(t > -_LN2, np.log(-np.expm1(t)), np.log1p(-np.exp(t)))
+    return t.copy(), np.where(t < 0.0, log_q, -np.inf)
+
+
+def _log_d_laplace(t: FloatArray) -> FloatArray:
+    return -np.abs(t)  # log(e^{-|t|} / 2) up to the constant log 2
+
+
+def _log_pq_laplace(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    above = t >= 0.0
+    big = np.log1p(-0.5 * np.exp(-np.abs(t)))  # log of the larger of p and q (>= 1/2)
+    small = -np.abs(t) - _LN2  # log of the smaller: e^{-|t|} / 2
+    return np.where(above, big, small), np.where(above, small, big)
+
+
+EXP_LINK = ThresholdLink(t=_stored_t, log_d=_log_d_exp, log_pq=_log_pq_exp, full="lowest")
+LAPLACE_LINK = ThresholdLink(t=_stored_t, log_d=_log_d_laplace, log_pq=_log_pq_laplace, full="softmin")
+
+
+def threshold_hooks(link: ThresholdLink) -> tuple[Callable[[Forward, FloatArray, Any], FloatArray],
+                                                  Callable[[Forward, FloatArray, Any], tuple[FloatArray, FloatArray]]]:
+    """``(dk, log_weights)`` of the :class:`Implementation` of a method with this link."""
+
+    def dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+        return threshold_dk(fwd, z, k, link)
+
+    def log_weights(fwd: Forward, z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray]:
+        return threshold_log_weights(fwd, z, k, link)
+
+    return dk, log_weights
+
+
+_EXP_DK_PLAIN, _EXP_LOG_PLAIN = threshold_hooks(EXP_LINK)
+
+
+def _exp_kinks(fwd: Forward, z: FloatArray, k: Any) -> tuple[np.ndarray, np.ndarray, FloatArray]:
+    """``(rows, group, log_rest)``: ``thre-exp`` rows whose threshold rounded onto an entry.
+
+    With an integer ``k`` and the mass below the ``k`` largest entries under ``e^-708`` relative,
+    ``lambda = z_(k) + log1p(rest)`` rounds to ``z_(k)`` itself: its group (the smallest of the ``k``
+    entries with ``t = 0``, ties included, ``g`` of them) looks saturated, while in fact
+    ``q = rest / g`` there (``sum p = k``) and ``dp/dk`` sits on it. ``group`` marks those entries
+    and ``log_rest = log sum_{t<0} e^t - log g`` per row.
+    """
+    t = fwd.aux["t"]
+    kk = np.broadcast_to(np.asarray(k, dtype=np.float64), (z.shape[0],))
+    at_zero = (t == 0.0) & np.isfinite(z)
+    rows = np.flatnonzero((fwd.aux["lambda"] > -np.inf) & (kk == np.floor(kk)) & (at_zero.sum(axis=1) == kk))
+    if rows.size == 0:
+        return rows, np.zeros((0, z.shape[1]), dtype=bool), np.zeros(0)
+    zr, zero = z[rows], at_zero[rows]
+    low = np.min(np.where(zero, zr, np.inf), axis=1, keepdims=True)
+    group = zero & (zr == low)
+    below = np.where(t[rows] < 0.0, t[rows], -np.inf)
+    top = np.max(below, axis=1, keepdims=True)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):
+        log_rest = (top[:, 0] + np.log(np.exp(below - np.where(np.isfinite(top), top, 0.0)).sum(axis=1))
+                    - np.log(group.sum(axis=1)))
+    return rows, group, log_rest
+
+
+def _exp_dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+    """:func:`threshold_dk` for ``thre-exp``, with the rows of :func:`_exp_kinks` taken as they are
+    (the group that rounded onto the threshold carries ``dp/dk``, ``d = p ~ 1`` there)."""
+    out = _EXP_DK_PLAIN(fwd, z, k)
+    rows, group, _ = _exp_kinks(fwd, z, k)
+    if rows.size:
+        t = fwd.aux["t"][rows]
+        with np.errstate(under="ignore"):
+            w = np.where(group, 1.0, np.where(t < 0.0, np.exp(t), 0.0))
+        out[rows] = w / w.sum(axis=1, keepdims=True)
+    return out
+
+
+def _exp_log_weights(fwd: Forward, z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray]:
+    """:func:`threshold_log_weights` for ``thre-exp``; on the rows of :func:`_exp_kinks` the group at
+    the threshold gets ``log q = log(rest / g)`` (far below the smallest float64) and
+    ``log p = log1p(-q)``."""
+    log_p, log_q = _EXP_LOG_PLAIN(fwd, z, k)
+    rows, group, log_rest = _exp_kinks(fwd, z, k)
+    if rows.size:
+        with np.errstate(under="ignore"):
+            lq = np.broadcast_to(log_rest[:, None], group.shape)
+            log_q[rows] = np.where(group, lq, log_q[rows])
+            log_p[rows] = np.where(group, np.log1p(-np.exp(lq)), log_p[rows])
+    return log_p, log_q
+
+
+_EXP_DK, _EXP_LOG = _exp_dk, _exp_log_weights
+_LAPLACE_DK, _LAPLACE_LOG = threshold_hooks(LAPLACE_LINK)
+
 THRE_EXP = Implementation(
     forward=thre_exp_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
-    refine=thre_exp_refine,
+    refine=thre_exp_refine, row_k=True, dk=_EXP_DK, log_weights=_EXP_LOG,
 )
 THRE_LAPLACE = Implementation(
-    forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+    forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
+    row_k=True, dk=_LAPLACE_DK, log_weights=_LAPLACE_LOG,
 )
