@@ -33,6 +33,23 @@ def best(fn: Callable[[], Any], repeats: int) -> float:
     return min(times)
 
 
+def timings(x: np.ndarray, v: np.ndarray, k: int, kr: np.ndarray, name: str, tau: float,
+            wrt: tuple[str, ...], repeats: int) -> dict[str, list[float]]:
+    """Seconds per call of each variant, ``repeats`` rounds interleaved (a load affects all alike)."""
+    calls: dict[str, Callable[[], Any]] = {
+        "fwd": lambda: st.evaluate(x, k, name, tau=tau),
+        "fwd_rows": lambda: st.evaluate(x, kr, name, tau=tau),
+        "vjp": lambda: st.vjp(x, k, v, name, tau=tau),
+        "vjp_rows": lambda: st.vjp(x, kr, v, name, tau=tau),
+        "vjp_all": lambda: st.vjp(x, kr, v, name, tau=tau, wrt=wrt),
+    }
+    out: dict[str, list[float]] = {key: [] for key in calls}
+    for _ in range(repeats):
+        for key, fn in calls.items():
+            out[key].append(best(fn, 1))
+    return out
+
+
 def per_row_k(name: str, b: int, k: int, rng: np.random.Generator) -> np.ndarray:
     if st.METHODS[name].capabilities.integer_k:  # integers k - 1, k, k + 1 (at least 1)
         return np.maximum(1, k + rng.integers(-1, 2, size=b)).astype(np.float64)
@@ -57,14 +74,8 @@ def main() -> None:
         v = rng.normal(size=(b, n))
         for name in methods:
             kr = per_row_k(name, b, k, rng)
-            t = {key: [] for key in ("fwd", "fwd_rows", "vjp", "vjp_rows", "vjp_all")}
             wrt: tuple[str, ...] = ("x", "tau") if st.METHODS[name].capabilities.integer_k else ("x", "k", "tau")
-            for _ in range(args.repeats):  # interleaved: a load affects every variant alike
-                t["fwd"].append(best(lambda: st.evaluate(x, k, name, tau=args.tau), 1))
-                t["fwd_rows"].append(best(lambda: st.evaluate(x, kr, name, tau=args.tau), 1))
-                t["vjp"].append(best(lambda: st.vjp(x, k, v, name, tau=args.tau), 1))
-                t["vjp_rows"].append(best(lambda: st.vjp(x, kr, v, name, tau=args.tau), 1))
-                t["vjp_all"].append(best(lambda: st.vjp(x, kr, v, name, tau=args.tau, wrt=wrt), 1))
+            t = timings(x, v, k, kr, name, args.tau, wrt, args.repeats)
             m = {key: min(val) for key, val in t.items()}
             label = "x,k,tau/x" if "k" in wrt else "x,tau/x"
             print(f"{shape:>15} {name:>13} {m['fwd'] * 1e3:8.2f} {m['fwd_rows'] / m['fwd']:8.2f}x "
