@@ -167,3 +167,15 @@ def test_evaluate_sum_per_row_k() -> None:
             one = st.evaluate_sum(x[b], int(k[b]), method, tau=0.6)
             assert total.value[b] == one.value
             assert total.potential is not None and total.potential[b] == one.potential
+
+
+def test_method_parameters_reach_the_k_derivative() -> None:
+    """A Monte-Carlo method's d/dk uses the samples and seed given (the same ones as its weights):
+    it is then the exact derivative in k of the estimate, checked by a difference in k."""
+    x = np.random.default_rng(0).normal(size=(3, 6))
+    params = {"samples": 50, "seed": 3}
+    dk = st.jacobian(x, 2.5, "perturbed", wrt="k", **params)
+    h = 1e-3  # the estimate is piecewise linear in k between integers: the difference is exact
+    fd = (st.soft_topk(x, 2.5 + h, "perturbed", **params) - st.soft_topk(x, 2.5 - h, "perturbed", **params)) / (2 * h)
+    np.testing.assert_allclose(dk, fd, atol=1e-9)
+    assert not np.allclose(dk, st.jacobian(x, 2.5, "perturbed", wrt="k", samples=50, seed=4))
