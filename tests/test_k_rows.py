@@ -167,3 +167,28 @@ def test_evaluate_sum_per_row_k() -> None:
             one = st.evaluate_sum(x[b], int(k[b]), method, tau=0.6)
             assert total.value[b] == one.value
             assert total.potential is not None and total.potential[b] == one.potential
+
+
+def test_method_parameters_reach_the_k_derivative() -> None:
+    """A Monte-Carlo method's d/dk uses the samples and seed given (the same ones as its weights):
+    it is then the exact derivative in k of the estimate, checked by a difference in k."""
+    x = np.random.default_rng(0).normal(size=(3, 6))
+    params = {"samples": 50, "seed": 3}
+    dk = st.jacobian(x, 2.5, "perturbed", wrt="k", **params)
+    h = 1e-3  # the estimate is piecewise linear in k between integers: the difference is exact
+    fd = (st.soft_topk(x, 2.5 + h, "perturbed", **params) - st.soft_topk(x, 2.5 - h, "perturbed", **params)) / (2 * h)
+    np.testing.assert_allclose(dk, fd, atol=1e-9)
+    assert not np.allclose(dk, st.jacobian(x, 2.5, "perturbed", wrt="k", samples=50, seed=4))
+
+
+@pytest.mark.parametrize("low, high", [(0.2, 9.0), (100.0, 199.5)])
+def test_hard_real_k_per_row_is_each_row_alone(low: float, high: float) -> None:
+    """Both ways of finding each row's ceil(k)-th largest (a sort of the top few, or a partition at
+    every position the batch needs) agree with one row at a time, ties included."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 40, size=(50, 200)).astype(np.float64)  # many ties
+    k = rng.uniform(low, high, size=50)
+    batch = st.soft_topk(x, k, "hard")
+    for b in range(50):
+        assert np.array_equal(batch[b], st.soft_topk(x[b], float(k[b]), "hard")), b
+    assert np.allclose(batch.sum(axis=-1), k, rtol=0, atol=1e-12)

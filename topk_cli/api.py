@@ -702,7 +702,7 @@ def jacobian(
     >>> jacobian([0.0, 0.0], 1, "thre-sigmoid")
     array([[ 0.125, -0.125],
            [-0.125,  0.125]])
-    >>> jacobian([0.0, 1.0], 1.5, "thre-exp", wrt="k").round(4)
+    >>> jacobian([0.0, 0.0], 1.5, "thre-sigmoid", wrt="k")
     array([0.5, 0.5])
     """
     names, single = _check_wrt(wrt)

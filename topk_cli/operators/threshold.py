@@ -78,6 +78,18 @@ def _kr(k: Any, rows: Any) -> Any:
     return k[rows] if isinstance(k, np.ndarray) else k
 
 
+def sort_size(need: np.ndarray, k: FloatArray, n: int) -> np.ndarray:
+    """The partial-sort size of rows with per-row ``k`` that need at least ``need`` entries sorted:
+    ``need`` itself where ``k`` is an integer (so those rows sort as with an ``int`` k, bit for bit),
+    else ``need`` rounded up to 4 sizes per octave (at most 25% more), so that a batch of
+    scattered real ``k`` forms a few groups (see :func:`_grouped`); at most ``n``.
+    """
+    need = np.maximum(need, 1)
+    step = np.left_shift(1, np.maximum(np.floor(np.log2(need)).astype(np.int64) - 2, 0))
+    coarse = -(-need // step) * step
+    return np.minimum(np.where(k == np.floor(k), need, coarse), max(n, 1))
+
+
 def _grouped(z: FloatArray, k: Any, keys: np.ndarray,
              solve: Callable[[FloatArray, Any, int], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
     """``solve(z, k, key)`` (per-row results, row first) on each group of rows sharing the integer
@@ -242,8 +254,8 @@ def _exp_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any,
 def _exp_threshold(z: FloatArray, k: Any, size: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
     """``(ref, delta, saturated_rows)`` of the ``thre-exp`` threshold ``lambda = ref + delta``.
 
-    ``size = ceil(k)`` (the same for every row): at most ``size - 1`` entries saturate (``m < k``),
-    so the ``size`` largest entries, sorted, and the mass of the others decide every branch.
+    ``size >= ceil(k)`` (the same for every row; ``= k`` for an ``int``): fewer than ``k`` entries
+    saturate, so the ``size`` largest entries, sorted, and the mass of the others decide every branch.
     """
     top, tail = _split_top(z, size)
     # exactly size finite entries <=> nothing finite outside the top size
@@ -257,11 +269,13 @@ def _exp_threshold(z: FloatArray, k: Any, size: int) -> tuple[FloatArray, FloatA
     seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
     log_s = np.logaddexp.accumulate(seq, axis=1)[:, :0:-1]  # log S(m), m = 0..size-1
     if isinstance(k, np.ndarray):
-        log_room = np.log(k[:, None] - np.arange(size))  # k - m > 0 for every m < size
+        room = k[:, None] - np.arange(size)  # k - m: only m < k are branches
+        with np.errstate(divide="ignore", invalid="ignore"):
+            guess = np.argmin(np.where(room > 0, log_s - np.log(np.where(room > 0, room, 1.0)), np.inf), axis=1)
+        upper = np.where(sat_rows, size, np.ceil(k).astype(np.int64) - 1)
     else:
-        log_room = np.log(k - np.arange(k))[None, :]
-    guess = np.argmin(log_s - log_room, axis=1)
-    upper = np.where(sat_rows, size, size - 1)
+        guess = np.argmin(log_s - np.log(k - np.arange(k))[None, :], axis=1)
+        upper = np.where(sat_rows, size, size - 1)
     m = _branch(top, s_last, t0, k, upper, guess, _g_exp)
     ref, delta = _exp_branch(top, s_last, t0, k, np.minimum(m, size - 1))
     ref = np.where(sat_rows, 0.0, ref)
@@ -289,7 +303,7 @@ def thre_exp_forward(z: FloatArray, k: Any) -> Forward:
     array([[1.    , 0.7311, 0.2689]])
     """
     if isinstance(k, np.ndarray):
-        ref, delta, sat_rows = _grouped(z, k, np.ceil(k).astype(np.int64), _exp_threshold)
+        ref, delta, sat_rows = _grouped(z, k, sort_size(np.ceil(k).astype(np.int64), k, z.shape[1]), _exp_threshold)
     else:
         ref, delta, sat_rows = _exp_threshold(z, k, k)
     t = np.subtract(z, ref[:, None])
@@ -484,8 +498,8 @@ def laplace_sort_size(k: Any) -> Any:
 def _laplace_start(z: FloatArray, k: Any, size: int | None = None) -> LaplaceStart:
     """The Laplace threshold of ``z`` with the partial sort and tail mass it used.
 
-    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row whose :func:`laplace_sort_size` is
-    ``size`` for every row.
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row whose :func:`laplace_sort_size` is at
+    most ``size`` for every row (see :func:`sort_size`).
     """
     n = z.shape[1]
     size = min(n, 2 * k if size is None else size)
@@ -537,7 +551,7 @@ def _laplace_threshold(z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray, n
         start = _laplace_start(zz, kk, size)
         return start.ref, start.delta, start.saturated
 
-    ref, delta, sat = _grouped(z, k, laplace_sort_size(k), solve)
+    ref, delta, sat = _grouped(z, k, sort_size(laplace_sort_size(k), k, z.shape[1]), solve)
     return ref, delta, sat
 
 
@@ -709,7 +723,63 @@ def threshold_hooks(link: ThresholdLink) -> tuple[Callable[[Forward, FloatArray,
     return dk, log_weights
 
 
-_EXP_DK, _EXP_LOG = threshold_hooks(EXP_LINK)
+_EXP_DK_PLAIN, _EXP_LOG_PLAIN = threshold_hooks(EXP_LINK)
+
+
+def _exp_kinks(fwd: Forward, z: FloatArray, k: Any) -> tuple[np.ndarray, np.ndarray, FloatArray]:
+    """``(rows, group, log_rest)``: ``thre-exp`` rows whose threshold rounded onto an entry.
+
+    With an integer ``k`` and the mass below the ``k`` largest entries under ``e^-708`` relative,
+    ``lambda = z_(k) + log1p(rest)`` rounds to ``z_(k)`` itself: its group (the smallest of the ``k``
+    entries with ``t = 0``, ties included, ``g`` of them) looks saturated, while in fact
+    ``q = rest / g`` there (``sum p = k``) and ``dp/dk`` sits on it. ``group`` marks those entries
+    and ``log_rest = log sum_{t<0} e^t - log g`` per row.
+    """
+    t = fwd.aux["t"]
+    kk = np.broadcast_to(np.asarray(k, dtype=np.float64), (z.shape[0],))
+    at_zero = (t == 0.0) & np.isfinite(z)
+    rows = np.flatnonzero((fwd.aux["lambda"] > -np.inf) & (kk == np.floor(kk)) & (at_zero.sum(axis=1) == kk))
+    if rows.size == 0:
+        return rows, np.zeros((0, z.shape[1]), dtype=bool), np.zeros(0)
+    zr, zero = z[rows], at_zero[rows]
+    low = np.min(np.where(zero, zr, np.inf), axis=1, keepdims=True)
+    group = zero & (zr == low)
+    below = np.where(t[rows] < 0.0, t[rows], -np.inf)
+    top = np.max(below, axis=1, keepdims=True)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):
+        log_rest = (top[:, 0] + np.log(np.exp(below - np.where(np.isfinite(top), top, 0.0)).sum(axis=1))
+                    - np.log(group.sum(axis=1)))
+    return rows, group, log_rest
+
+
+def _exp_dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+    """:func:`threshold_dk` for ``thre-exp``, with the rows of :func:`_exp_kinks` taken as they are
+    (the group that rounded onto the threshold carries ``dp/dk``, ``d = p ~ 1`` there)."""
+    out = _EXP_DK_PLAIN(fwd, z, k)
+    rows, group, _ = _exp_kinks(fwd, z, k)
+    if rows.size:
+        t = fwd.aux["t"][rows]
+        with np.errstate(under="ignore"):
+            w = np.where(group, 1.0, np.where(t < 0.0, np.exp(t), 0.0))
+        out[rows] = w / w.sum(axis=1, keepdims=True)
+    return out
+
+
+def _exp_log_weights(fwd: Forward, z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray]:
+    """:func:`threshold_log_weights` for ``thre-exp``; on the rows of :func:`_exp_kinks` the group at
+    the threshold gets ``log q = log(rest / g)`` (far below the smallest float64) and
+    ``log p = log1p(-q)``."""
+    log_p, log_q = _EXP_LOG_PLAIN(fwd, z, k)
+    rows, group, log_rest = _exp_kinks(fwd, z, k)
+    if rows.size:
+        with np.errstate(under="ignore"):
+            lq = np.broadcast_to(log_rest[:, None], group.shape)
+            log_q[rows] = np.where(group, lq, log_q[rows])
+            log_p[rows] = np.where(group, np.log1p(-np.exp(lq)), log_p[rows])
+    return log_p, log_q
+
+
+_EXP_DK, _EXP_LOG = _exp_dk, _exp_log_weights
 _LAPLACE_DK, _LAPLACE_LOG = threshold_hooks(LAPLACE_LINK)
 
 THRE_EXP = Implementation(

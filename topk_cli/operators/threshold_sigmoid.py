@@ -19,6 +19,7 @@ from topk_cli.operators.threshold import (
     _laplace_start,
     _select,
     laplace_sort_size,
+    sort_size,
     threshold_hooks,
     threshold_jacobian,
     threshold_vjp,
@@ -159,7 +160,8 @@ def thre_sigmoid_forward(z: FloatArray, k: Any) -> Forward:
     array([[0.7426, 0.7426, 0.5148]])
     """
     if isinstance(k, np.ndarray):
-        ref, delta, sat_rows, iters = _grouped(z, k, laplace_sort_size(k), _sigmoid_solve)
+        sizes = sort_size(laplace_sort_size(k), k, z.shape[1])
+        ref, delta, sat_rows, iters = _grouped(z, k, sizes, _sigmoid_solve)
     else:
         ref, delta, sat_rows, iters = _sigmoid_solve(z, k, None)
     return _sigmoid_weights(z, ref, delta, sat_rows, iters)
