@@ -2,20 +2,22 @@
 
 Both look at ``k -> p(x / tau; k)`` for one vector at a time, on a grid of k over ``(0, m]`` (``m``
 the unmasked entries of the vector; step ``h = max(1/4, 2^ceil(log2(m / 128)))``, a binary fraction,
-so every k of the grid and of the bisections below is exact and prints back exactly), the rows of a
+so every k of the grid and of the refinements below is exact and prints back exactly), the rows of a
 vector evaluated in one call with one k per row:
 
 * ``monotone-k``: each ``p_i`` is non-decreasing in k. Between consecutive k of the grid, the
   decrease of ``p_i`` is read through the accurate one of ``p_i`` and ``1 - p_i`` (near 1, ``p_i``
   saturates at 1.0 in float64 and would hide a decrease that ``1 - p_i`` shows); worst is the
   largest decrease (tolerance 1e-12).
-* ``continuous-k``: ``p`` has no jump in k. A Lipschitz estimate ``L`` is the steepest change of
-  ``p`` per unit of k between consecutive k of the grid; the steepest intervals (and any interval
-  changing twice as much as both neighbours) are bisected 20 times, following the half where ``p``
-  changes more. A function of slope at most ``L`` changes by at most ``L w`` over the final width
-  ``w = h / 2^20``; a jump keeps its size however small ``w`` is. Worst is the change beyond
-  ``4 L w`` (tolerance 1e-9). ``hard`` with a real k is continuous and piecewise linear in k: it
-  holds too.
+* ``continuous-k``: ``p`` has no jump in k. The steepest interval of the grid, the two whose
+  change sits most in one half (a jump, rather than a slope, puts it all in one half) and any
+  interval changing twice as much as both neighbours are refined 7 times, each time into 4 pieces,
+  keeping the piece where ``p`` changes most, down to a width ``w = h / 2^14``. ``L``, the
+  Lipschitz estimate, is the steepest slope measured: between consecutive k of the grid, or over
+  the piece kept two rounds before the last (16 w). A function of slope at most ``L`` changes by
+  at most ``L w`` over the final piece; a jump keeps its size however small ``w`` is. Worst is the
+  change beyond ``4 L w`` (tolerance 1e-9). ``hard`` with a real k is continuous and piecewise
+  linear in k: it holds too.
 
 A Monte-Carlo method is judged within :data:`~topk_cli.registry.MONTE_CARLO_STDERRS` standard errors
 of its estimate, as in the other properties. A counterexample names two values of k (``k`` and
@@ -55,17 +57,20 @@ K_CLAIMS: dict[str, dict[str, bool]] = {
 
 #: Jumps in k below this are not told apart from rounding (of p, and of iterative solvers).
 TOL_CONTINUOUS_K = 1e-9
-#: Rounds of the bisection of ``continuous-k`` (the final width is ``h / 2^K_BISECTIONS``).
-K_BISECTIONS = 14
+#: Rounds of the refinement of ``continuous-k``: each splits the interval in :data:`K_SPLIT` pieces
+#: and keeps the one where p changes most (the final width is ``h / K_SPLIT^K_ROUNDS = h / 2^14``).
+K_SPLIT = 4
+K_ROUNDS = 7
 #: How much steeper than the Lipschitz estimate the final change may be.
 K_LIPSCHITZ_FACTOR = 4.0
-#: The local Lipschitz estimate of ``continuous-k`` is the slope this many rounds before the last.
-_K_LOCAL_ROUNDS = 4
+#: The local Lipschitz estimate of ``continuous-k`` is the slope this many rounds before the last
+#: (over a width 16 times the final one).
+_K_LOCAL_ROUNDS = 2
 #: At most this many vectors per check, spread evenly over the cases (each costs a grid of k);
 #: a Monte-Carlo method (a thousand samples a row) gets fewer, of at most 10 entries.
 _MAX_K_VECTORS = 24
 _MAX_K_VECTORS_MONTE_CARLO = 8
-#: Grid intervals bisected per vector: the steepest ones, the ones whose change sits most in one
+#: Grid intervals refined per vector: the steepest ones, the ones whose change sits most in one
 #: half, and the ones changing twice as much as both neighbours (at most :data:`_K_MAX_BISECTED`).
 _K_STEEPEST = 1
 _K_UNEVEN = 2
@@ -219,7 +224,7 @@ def _monotone_measure(rows: _KRows) -> _KMeasure | None:
 
 
 @dataclass
-class _Bisection:
+class _Refinement:
     vector: int
     ka: float
     kb: float
@@ -236,11 +241,11 @@ def _continuity_measures(
 ) -> list[_KMeasure | None]:
     """The ``continuous-k`` measure of each vector (None: fewer than two k computed)."""
     lipschitz: list[float] = []
-    state: list[_Bisection] = []
+    state: list[_Refinement] = []
     measured: list[bool] = []
     pairs = [np.flatnonzero(rows.ok) for rows in grids]
     # the midpoint of every interval between computed k: where p changes in one half only (a jump)
-    # rather than evenly (a slope), that interval is bisected even if others change more
+    # rather than evenly (a slope), that interval is refined even if others change more
     mids = _eval_ks(
         method,
         [(c.array, (rows.ks[idx[:-1]] + rows.ks[idx[1:]]) / 2, c.tau) for c, rows, idx in zip(vectors, grids, pairs, strict=True)],
@@ -267,25 +272,27 @@ def _continuity_measures(
         chosen += [int(j) for j in peaks if j not in chosen]
         for j in chosen[:_K_MAX_BISECTED]:
             ja, jb = int(a[j]), int(b[j])
-            state.append(_Bisection(v, float(rows.ks[ja]), float(rows.ks[jb]), rows.p[ja], rows.q[ja], rows.p[jb], rows.q[jb]))
-    for _ in range(K_BISECTIONS):
+            state.append(_Refinement(v, float(rows.ks[ja]), float(rows.ks[jb]), rows.p[ja], rows.q[ja], rows.p[jb], rows.q[jb]))
+    for _ in range(K_ROUNDS):
         active = [s for s in state if not s.done]
         if not active:
             break
-        mids = _eval_ks(
-            method, [(vectors[s.vector].array, np.array([(s.ka + s.kb) / 2]), vectors[s.vector].tau) for s in active]
+        inner = np.arange(1, K_SPLIT) / K_SPLIT
+        points = _eval_ks(
+            method, [(vectors[s.vector].array, s.ka + inner * (s.kb - s.ka), vectors[s.vector].tau) for s in active]
         )
-        for s, mid in zip(active, mids, strict=True):
-            if not mid.ok[0]:
+        for s, pts in zip(active, points, strict=True):
+            if not pts.ok.all():
                 s.done = True  # the method refuses a k in between: measured on the width reached
                 continue
-            km, pm, qm = float(mid.ks[0]), mid.p[0], mid.q[0]
-            lower, upper = float(_change(s.pa, s.qa, pm, qm).max()), float(_change(pm, qm, s.pb, s.qb).max())
-            if lower >= upper:
-                s.kb, s.pb, s.qb = km, pm, qm
-            else:
-                s.ka, s.pa, s.qa = km, pm, qm
-            s.slopes.append(max(lower, upper) / (s.kb - s.ka))
+            ks = np.concatenate(([s.ka], pts.ks, [s.kb]))
+            p = np.vstack([s.pa[None, :], pts.p, s.pb[None, :]])
+            q = np.vstack([s.qa[None, :], pts.q, s.qb[None, :]])
+            pieces = _change(p[:-1], q[:-1], p[1:], q[1:]).max(axis=1)
+            j = int(np.argmax(pieces))  # the first of the pieces where p changes most
+            s.ka, s.kb = float(ks[j]), float(ks[j + 1])
+            s.pa, s.qa, s.pb, s.qb = p[j], q[j], p[j + 1], q[j + 1]
+            s.slopes.append(float(pieces[j]) / (s.kb - s.ka))
     out: list[_KMeasure | None] = [
         _KMeasure(0.0, 0.0, 0.0, slack=2 * rows.slack, lipschitz=lipschitz[v]) if measured[v] else None
         for v, rows in enumerate(grids)
@@ -293,10 +300,10 @@ def _continuity_measures(
     for s in state:
         change = _change(s.pa, s.qa, s.pb, s.qb)
         i = int(np.argmax(change))
-        # the steepest slope seen: on the grid, or 2^_K_LOCAL_ROUNDS times wider than the final
-        # width (p steeper than the grid on a short stretch of k, e.g. near-tied entries
-        # saturating one after the other, is continuous all the same; a jump is not a slope at
-        # any width: it stays ~2^_K_LOCAL_ROUNDS / K_LIPSCHITZ_FACTOR times the bound)
+        # the steepest slope seen: on the grid, or 16 times wider than the final width (p steeper
+        # than the grid on a short stretch of k, e.g. near-tied entries saturating one after the
+        # other, is continuous all the same; a jump is not a slope at any width: it stays
+        # 16 / K_LIPSCHITZ_FACTOR = 4 times the bound)
         local = s.slopes[-_K_LOCAL_ROUNDS - 1] if len(s.slopes) > _K_LOCAL_ROUNDS else 0.0
         slope = max(lipschitz[s.vector], local)
         value = max(0.0, float(change[i]) - K_LIPSCHITZ_FACTOR * slope * (s.kb - s.ka))
