@@ -43,8 +43,8 @@ UNDERFLOW_SPAN = 600.0
 _MAX_SMOOTH_CASES = 10
 _MAX_JACOBIAN_CASES = 60
 #: Cases with a non-integer k added to those of ``smooth`` and ``jacobian`` (methods taking one).
-_MAX_REAL_K_SMOOTH_CASES = 4
-_MAX_REAL_K_JACOBIAN_CASES = 20
+_MAX_REAL_K_SMOOTH_CASES = 2
+_MAX_REAL_K_JACOBIAN_CASES = 12
 _FD_STEP = 1e-5
 _SMOOTH_STEP = 4e-2
 #: Refusal codes a pole produces; only these are probed for one (see ``_pole_probe``).
