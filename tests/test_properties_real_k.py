@@ -5,7 +5,6 @@ must catch a toy operator whose p decreases in k or jumps in k."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from types import MappingProxyType
 
 import numpy as np
@@ -34,21 +33,14 @@ from topk_cli.properties.in_k import k_grid
 from topk_cli.properties.verify import cases_from_vectors, method_cases
 
 #: The methods that take a real k (the others refuse one).
-REAL_K = ("hard", "thre-exp", "thre-sigmoid", "thre-laplace", "thre-clip", "thre-cube", "ot-sinkhorn", "perturbed")
+REAL_K = tuple(name for name, spec in registry.METHODS.items() if not spec.capabilities.integer_k)
 
 
-def _taking_real_k(spec: registry.MethodSpec) -> registry.MethodSpec:
-    caps = dataclasses.replace(spec.capabilities, integer_k=False)
-    return dataclasses.replace(spec, capabilities=caps)
-
-
-@pytest.fixture(autouse=True)
-def real_k_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The registry with ``integer_k`` False for the methods whose kernels take a real k (a no-op
-    once the registry declares them so itself)."""
-    specs = {name: _taking_real_k(s) if name in REAL_K else s for name, s in registry.METHODS.items()}
-    monkeypatch.setattr(registry, "METHODS", MappingProxyType(specs))
-    yield
+def test_the_methods_taking_a_real_k_are_those_with_real_k_kernels() -> None:
+    assert set(REAL_K) == {
+        "hard", "thre-exp", "thre-sigmoid", "thre-laplace", "thre-clip", "thre-cube", "ot-sinkhorn", "perturbed",
+    }
+    assert all(takes_real_k(name) == (name in REAL_K) for name in registry.METHODS)
 
 
 # ---- the suite ----------------------------------------------------------------------------------
@@ -262,5 +254,8 @@ def test_verify_properties_reports_the_toys_failures_in_k(toys: None) -> None:
         ("toy-decreasing", "monotone-k"): False, ("toy-decreasing", "continuous-k"): True,
         ("toy-jump", "monotone-k"): True, ("toy-jump", "continuous-k"): False,
     }
-    # the toys claim neither property (not listed where the claims are): measured, not claim failures
-    assert not any(r.expected for r in report.results) and report.claim_failures == ()
+    # a method taking a real k claims both (unless its guarantees say otherwise): the toys break them
+    assert all(r.expected for r in report.results)
+    assert {(r.method, r.property) for r in report.claim_failures} == {
+        ("toy-decreasing", "monotone-k"), ("toy-jump", "continuous-k"),
+    }

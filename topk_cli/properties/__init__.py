@@ -69,7 +69,6 @@ from topk_cli.properties.checks import (
 )
 from topk_cli.properties.evaluator import Evaluator
 from topk_cli.properties.in_k import (
-    K_CLAIMS,
     check_continuous_k,
     check_monotone_k,
     expected_in_k,
@@ -98,7 +97,6 @@ from topk_cli.properties.verify import cases_from_vectors, default_suite, verify
 __all__ = [
     "CHECKS",
     "HARD_LIMIT_TAU_OVER_GAP",
-    "K_CLAIMS",
     "K_PROPERTIES",
     "PROPERTIES",
     "SUITE_OFFSETS",

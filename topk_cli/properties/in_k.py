@@ -45,16 +45,6 @@ from topk_cli.properties.results import (
 from topk_cli.properties.shrinking import _shrink
 from topk_cli.registry import MONTE_CARLO_STDERRS
 
-#: What each method that takes a real k is measured to do (``monotone-k``, ``continuous-k``) on the
-#: default suite; the registry's :class:`~topk_cli.method_spec.Guarantees` wins where it has the
-#: field. A method not listed claims neither.
-K_CLAIMS: dict[str, dict[str, bool]] = {
-    name: {"monotone-k": True, "continuous-k": True}
-    for name in (
-        "hard", "thre-exp", "thre-sigmoid", "thre-laplace", "thre-clip", "thre-cube", "ot-sinkhorn", "perturbed",
-    )
-}
-
 #: Jumps in k below this are not told apart from rounding (of p, and of iterative solvers).
 TOL_CONTINUOUS_K = 1e-9
 #: Rounds of the refinement of ``continuous-k``: each splits the interval in :data:`K_SPLIT` pieces
@@ -108,12 +98,17 @@ def k_applies(method: str, k: object) -> bool:
 
 def expected_in_k(method: str, prop: str) -> bool:
     """The claim of ``method`` on ``prop`` (``monotone-k``, ``continuous-k``): the registry's where
-    its guarantees have the field, else :data:`K_CLAIMS`."""
-    spec = get_method(method)
-    claims = spec.guarantees.as_dict()
+    its guarantees have the field; else every method that takes a real k claims both (each of
+    them, ``hard`` included, is measured monotone and continuous in k on the default suite), and
+    the others neither.
+
+    >>> expected_in_k("grad", "monotone-k")
+    False
+    """
+    claims = get_method(method).guarantees.as_dict()
     if prop in claims:
         return bool(claims[prop])
-    return K_CLAIMS.get(spec.name, {}).get(prop, False)
+    return takes_real_k(method)
 
 
 def k_grid(m: int) -> FloatArray:
