@@ -8,6 +8,7 @@ decorator on every command) and become one line on stderr and exit code 2. Exit 
 from __future__ import annotations
 
 import _signal  # signal's C core, loaded with the interpreter: the handler is in place at once
+import math
 import os
 import sys
 
@@ -247,7 +248,33 @@ MethodOpt = Annotated[
         show_default=False,
     ),
 ]
-KOpt = Annotated[int, typer.Option("-k", metavar="K", help="How many entries to select (1 <= k <= n).", show_default=False)]
+KOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "-k", metavar="K",
+        help="How many entries to select: an integer 1 <= k <= n, or a real 0 < k <= n (e.g. -k 2.5) for the "
+        "methods that take one ('softtopk methods' says which). With -m all, a real k runs those methods "
+        "only and names the others skipped on stderr.",
+        show_default=False,
+    ),
+]
+KColumnOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--k-column", metavar="NAME",
+        help="Take each row's k from this column of INPUT (CSV/TSV with a header, JSON records or an object "
+        "of columns) instead of -k; the column is not a score. e.g. --k-column capacity.",
+        show_default=False,
+    ),
+]
+AxisOpt = Annotated[
+    str,
+    typer.Option(
+        "--axis", metavar="rows|columns",
+        help="rows: each row of INPUT is one vector (default); columns: each column is one vector, e.g. the "
+        "top-k tokens per expert (expert-choice routing): column names label the vectors, row names the entries.",
+    ),
+]
 TauOpt = Annotated[float, typer.Option("--tau", metavar="TAU", help="Temperature > 0: the operator acts on x / tau.")]
 FormatOpt = Annotated[
     OutputFormat,
@@ -484,10 +511,14 @@ def read_vectors(
     decimal: str | None = None,
     orient: str | None = None,
     header: bool | None = None,
+    k_column: str | None = None,
+    axis: str = "rows",
 ) -> list[LoadedInput]:
     """Load the vectors of every INPUT, or of ``--values`` (exactly one of them), one per source.
 
     Every layout choice a reader inferred is announced on stderr (``softtopk: note: ...``).
+    ``k_column`` (``--k-column``) gives each input's ``row_k``; ``axis="columns"`` (``--axis``)
+    reads each column of the table as one vector (not with ``k_column``).
 
     Raises:
         InputError: both or neither of INPUT and ``--values``; unreadable or invalid input.
@@ -512,11 +543,100 @@ def read_vectors(
         "column": column, "input_format": fmt, "index_col": index_col, "sep": sep, "decimal": decimal,
         "orient": orient,
     }
-    loaded = [load_input(None, values=values)] if not inputs else [load_input(path, header=header, **options) for path in inputs]
+    axis = check_axis(axis)
+    if k_column is not None and axis == "columns":
+        raise InvalidArgumentError(
+            "--k-column gives one k per row, and with --axis columns each vector is a column: give one k with -k"
+        )
+    if not inputs:
+        if k_column is not None:
+            raise InputError("--k-column reads a column of an input file; --values has no columns")
+        loaded = [load_input(None, values=values)]
+    else:
+        loaded = [load_input(path, header=header, k_column=k_column, **options) for path in inputs]
+    if axis == "columns":
+        from topk_cli.inputs import vectors_by_column
+
+        loaded = [vectors_by_column(data) for data in loaded]
     for data in loaded:
         for note in data.notes:
             typer.echo(f"softtopk: note: {data.source}: {note}", err=True)
     return loaded
+
+
+def check_axis(axis: str) -> str:
+    """``--axis``: ``rows`` or ``columns`` (case-insensitive)."""
+    value = axis.strip().lower()
+    if value not in ("rows", "columns"):
+        raise InvalidArgumentError(f"--axis must be rows or columns, got {axis!r}")
+    return value
+
+
+def k_number(k: float, option: str = "-k") -> int | float:
+    """``-k`` as given: an ``int`` when it is integral (``-k 2`` prints as 2), else the real number."""
+    value = float(k)
+    if not math.isfinite(value):
+        raise InvalidArgumentError(f"{option} must be a finite number, got {k!r}")
+    return int(value) if value.is_integer() else value
+
+
+def all_requested(method: list[str] | None, *, default: list[str]) -> bool:
+    """Whether ``-m`` asked for every method (``-m all``, or no ``-m`` where the default is all)."""
+    parts = [part.strip() for name in (method or []) for part in name.split(",") if part.strip()]
+    return "all" in (parts or default)
+
+
+def methods_for_k(names: list[str], non_integer: str | None, *, asked_all: bool) -> list[str]:
+    """The methods of ``names`` that can run at the k given.
+
+    ``non_integer`` says which k is not an integer (``"-k 2.5"``), None when every k is an
+    integer (then every method runs). A method defined only for an integer k is refused with a
+    usage error that names the methods that accept a real k; under ``-m all`` (``asked_all``)
+    such methods are skipped instead, and named on stderr, unless none would be left.
+    """
+    if non_integer is None:
+        return names
+    from topk_cli.registry import METHODS
+
+    integer_only = [name for name in names if METHODS[name].capabilities.integer_k]
+    if not integer_only:
+        return names
+    takers = [name for name, spec in METHODS.items() if not spec.capabilities.integer_k]
+    kept = [name for name in names if name not in integer_only]
+    if asked_all and kept:
+        typer.echo(f"softtopk: note: {non_integer} is not an integer: skipped {', '.join(integer_only)} "
+                   "(defined for an integer k only)", err=True)
+        return kept
+    verb = "takes" if len(integer_only) == 1 else "take"
+    raise usage_error(
+        f"{non_integer} is not an integer, and {', '.join(integer_only)} {verb} an integer k only; "
+        f"methods that accept a real k: {', '.join(takers) if takers else 'none'}"
+    )
+
+
+def non_integer_k(k: int | float | None, loaded: Sequence[LoadedInput] = ()) -> str | None:
+    """How to name the first k that is not an integer (``-k 2.5`` or a cell of ``--k-column``), or None."""
+    if k is not None:
+        return None if float(k).is_integer() else f"-k {k:g}"
+    import numpy as np
+
+    for data in loaded:
+        if data.row_k is None:
+            continue
+        frac = data.row_k != np.floor(data.row_k)
+        if frac.any():
+            r = int(np.argmax(frac))
+            return f"k = {data.row_k[r]:g} (--k-column {data.k_column!r}, {data.source} row {r}, 0-based)"
+    return None
+
+
+def one_k(k: float | None, k_column: str | None, *, required: bool = True) -> int | float | None:
+    """``-k`` or ``--k-column``, exactly one of them (``-k`` as :func:`k_number`)."""
+    if k is not None and k_column is not None:
+        raise usage_error("give -k K or --k-column NAME, not both")
+    if k is None and k_column is None and required:
+        raise usage_error("Missing option '-k' (or --k-column NAME: a k per row from a column of INPUT)")
+    return None if k is None else k_number(k)
 
 
 def one_input(loaded: list[LoadedInput], command: str) -> LoadedInput:
@@ -549,13 +669,16 @@ def methods(fmt: FormatOpt = OutputFormat.table, output: OutputOpt = None) -> No
         "  softtopk compute -m thre-sigmoid -m grad -k 2 sample_inputs/scores.csv\n"
         "  softtopk compute -m all -k 2 --values 3,2,1,4\n"
         "  softtopk compute -k 2 --format json -o weights.json sample_inputs/router_logits.csv\n"
-        "  cat sample_inputs/scores.json | softtopk compute -k 3 --format csv -"
+        "  cat sample_inputs/scores.json | softtopk compute -k 3 --format csv -\n"
+        "  softtopk compute -m thre-sigmoid -k 2.5 sample_inputs/scores.csv\n"
+        "  softtopk compute -m thre-sigmoid --k-column capacity sample_inputs/router_capacity.csv\n"
+        "  softtopk compute -m thre-laplace -k 2 --axis columns sample_inputs/router_logits.csv"
     ),
 )
 @boundary
 @method_options()
 def compute(
-    k: KOpt,
+    k: KOpt = None,
     input: InputArg = None,
     method: MethodOpt = None,
     tau: TauOpt = 1.0,
@@ -567,6 +690,8 @@ def compute(
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
     header: HeaderOpt = None,
+    k_column: KColumnOpt = None,
+    axis: AxisOpt = "rows",
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
@@ -594,15 +719,20 @@ def compute(
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
-    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header)
+    k_given = one_k(k, k_column)
+    asked_all = all_requested(method, default=[DEFAULT_METHOD])
+    names = methods_for_k(resolve_methods(method, default=[DEFAULT_METHOD]), non_integer_k(k_given), asked_all=asked_all)
+    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header,
+                          k_column=k_column, axis=axis)
+    if k_given is None:  # --k-column: its values decide which methods can run
+        names = methods_for_k(names, non_integer_k(None, loaded), asked_all=asked_all)
     from topk_cli.registry import check_method_params
 
-    names = resolve_methods(method, default=[DEFAULT_METHOD])
     params = check_method_params(names, method_params or {})
     reports = [
         build_compute_report(
-            d, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params,
-            hardness=hardness,
+            d, k=k_given if k_given is not None else d.row_k, methods=names, tau=tau, with_jacobian=with_jacobian,
+            with_sum=with_sum, params=params, hardness=hardness,
         )
         for d in loaded
     ]
