@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         evaluate_sum,
         get_method,
         jacobian,
+        log_soft_topk,
         scaled_scores,
         soft_topk,
         soft_topk_sum,
@@ -40,7 +41,7 @@ _LAZY = {
     "HardnessMatch": "topk_cli.analysis.hardness",
     "tau_for_hardness": "topk_cli.analysis.hardness",
     **{name: "topk_cli.api" for name in (
-        "TopKResult", "TopKSum", "evaluate", "evaluate_sum", "get_method", "jacobian", "scaled_scores",
+        "TopKResult", "TopKSum", "evaluate", "evaluate_sum", "get_method", "jacobian", "log_soft_topk", "scaled_scores",
         "soft_topk", "soft_topk_sum", "trace_grad_recursive", "vjp",
     )},
     **{name: "topk_cli.errors" for name in (
@@ -83,6 +84,7 @@ __all__ = [
     "evaluate_sum",
     "get_method",
     "jacobian",
+    "log_soft_topk",
     "scaled_scores",
     "soft_topk",
     "soft_topk_sum",

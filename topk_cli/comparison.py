@@ -152,7 +152,7 @@ def build_compute_report(
     runs = []
     for spec in specs:
         name = spec.name
-        own = {key: value for key, value in given.items() if key in {p.name for p in spec.parameters}}
+        own: dict[str, Any] = {key: value for key, value in given.items() if key in {p.name for p in spec.parameters}}
         match = tau_for_hardness(x, k, name, hardness, **own) if hardness is not None else None
         run_tau = tau if match is None or match.status == "constant" else match.tau
         if run_tau is None:  # cannot reach --hardness: nothing to compute

@@ -259,7 +259,7 @@ def bench(
 
 def _bench_one(x: NDArray[Any], v: NDArray[Any], k: int, name: str, tau: float, base: Baselines,
                repeats: int, min_time: float, with_vjp: bool, memory: bool,
-               params: Mapping[str, int | float]) -> BenchResult:
+               params: Mapping[str, Any]) -> BenchResult:
     first = evaluate(x, k, name, tau=tau, **params)
     failed = len(first.failures)
     fwd_s = seconds_per_call(lambda: evaluate(x, k, name, tau=tau, **params), repeats=repeats, min_time=min_time)

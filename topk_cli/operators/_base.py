@@ -312,10 +312,10 @@ def grouped_by_k(impl: Implementation) -> Implementation:
         def refine_fn(fwd: Forward, z: FloatArray, k: Any, residual: ResidualFn) -> Forward:
             if not isinstance(fwd, GroupedForward):
                 return inner_refine(fwd, z, k, residual)
-            parts = [
-                (rows, kv, inner_refine(sub, z[rows], kv, lambda r, rows=rows: residual(rows[r])))
-                for rows, kv, sub in fwd.parts
-            ]
+            def within(rows: NDArray[np.intp]) -> ResidualFn:
+                return lambda r: residual(rows[r])
+
+            parts = [(rows, kv, inner_refine(sub, z[rows], kv, within(rows))) for rows, kv, sub in fwd.parts]
             return _merged(z.shape[0], parts)
 
         refine = refine_fn
