@@ -4,38 +4,79 @@
 (k+1)-th largest values tie, the tied entries share the remaining mass equally, so the result
 is permutation-equivariant and still sums to k. It is piecewise constant: its Jacobian is 0
 wherever it is defined (it is discontinuous where the k-th and (k+1)-th values cross).
+
+Real k (one per row, ``0 < k <= m`` unmasked entries): with ``c = ceil(k)``, weight 1 on the
+entries above the c-th largest value, and the entries equal to it (the at-group) share the
+remaining mass ``k - #above`` equally: the same formula as the ties of an integer k, which it is
+when k is an integer. ``T_k`` is piecewise linear in k: ``dT_k/dk = 1 / #at`` on the at-group and
+0 elsewhere. At an integer k (a kink, where the at-group changes) this is the derivative from
+below, that of the k-th largest entry's group.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 
 
-def hard_topk_weights(x: FloatArray, k: int) -> FloatArray:
+def _is_int(k: Any) -> bool:
+    return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+
+
+def hard_topk_weights(x: FloatArray, k: Any) -> FloatArray:
     """``T_k(x)`` along the last axis of any array (``-inf`` entries get 0; each slice needs at
     least ``k`` finite entries): the one hard top-k of the package, for every caller that needs the
     k-hot target (the API's ``hard`` method, properties, sweeps, training probes).
 
+    ``k``: an ``int`` (every slice), or real values broadcastable to ``x.shape[:-1]`` (one k per
+    slice, ``0 < k <= #finite``).
+
     >>> hard_topk_weights(np.array([3.0, 1.0, 2.0, 2.0]), 2)
     array([1. , 0. , 0.5, 0.5])
+    >>> hard_topk_weights(np.array([[3.0, 1.0, 2.0], [3.0, 1.0, 2.0]]), np.array([1.5, 0.25]))
+    array([[1.  , 0.  , 0.5 ],
+           [0.25, 0.  , 0.  ]])
     """
     n = x.shape[-1]
-    return hard_topk(np.asarray(x, dtype=np.float64).reshape(-1, n), k).p.reshape(x.shape)
+    flat = np.asarray(x, dtype=np.float64).reshape(-1, n)
+    if not _is_int(k):
+        k = np.broadcast_to(np.asarray(k, dtype=np.float64), x.shape[:-1]).reshape(-1)
+    return hard_topk(flat, k).p.reshape(x.shape)
 
 
-def hard_topk(z: FloatArray, k: int) -> Forward:
+def _kth_real(z: FloatArray, k: FloatArray) -> FloatArray:
+    """The ``ceil(k[b])``-th largest entry of each row, ``(B, 1)``: one partition of every row at
+    all the distinct positions the batch needs (a sort when they are many), no loop over rows."""
+    n = z.shape[-1]
+    pos = n - np.ceil(k).astype(np.intp)  # ascending position of the ceil(k)-th largest
+    part = np.partition(z, np.unique(pos), axis=-1)
+    return np.take_along_axis(part, pos[:, None], axis=-1)
+
+
+def hard_topk(z: FloatArray, k: Any) -> Forward:
     """``T_k(z)`` on a ``(B, n)`` batch, ties at the k-th value sharing the remaining mass.
+
+    ``k``: an ``int`` for every row, or a ``(B,)`` float array with one real ``k`` per row
+    (see the module docstring; an integer value gives bitwise the ``int`` result).
 
     >>> hard_topk(np.array([[3.0, 1.0, 2.0, 2.0]]), 2).p
     array([[1. , 0. , 0.5, 0.5]])
+    >>> hard_topk(np.array([[3.0, 1.0, 2.0, 2.0]]), np.array([2.5])).p
+    array([[1.  , 0.  , 0.75, 0.75]])
     """
     n = z.shape[-1]
-    kth = np.partition(z, n - k, axis=-1)[..., n - k : n - k + 1]  # the k-th largest
+    if _is_int(k):
+        kth = np.partition(z, n - k, axis=-1)[..., n - k : n - k + 1]  # the k-th largest
+        kk: Any = k
+    else:
+        kk = np.broadcast_to(np.asarray(k, dtype=np.float64).reshape(-1), z.shape[:1])[:, None]
+        kth = _kth_real(z, kk[:, 0])
     above = z > kth
     at = z == kth
-    share = (k - above.sum(axis=-1, keepdims=True)) / at.sum(axis=-1, keepdims=True)
+    share = (kk - above.sum(axis=-1, keepdims=True)) / at.sum(axis=-1, keepdims=True)
     # arithmetic on the masks instead of selects (exact: each sum meets a 0, share > 0)
     at_share = np.multiply(at, share)
     p = np.add(above, at_share)  # 1 above, share at the k-th value, 0 below
@@ -43,12 +84,31 @@ def hard_topk(z: FloatArray, k: int) -> Forward:
     return Forward(p=p, q=q)
 
 
-def _hard_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
+def hard_topk_dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+    """``dT_k/dk``, ``(B, n)``: ``1 / #at`` on the entries equal to the ``ceil(k)``-th largest (those
+    sharing the fractional mass), 0 elsewhere; at an integer k the derivative from below.
+
+    >>> hard_topk_dk(None, np.array([[3.0, 1.0, 2.0, 2.0]]), np.array([2.5]))
+    array([[0. , 0. , 0.5, 0.5]])
+    """
+    n = z.shape[-1]
+    if _is_int(k):
+        kth = np.partition(z, n - k, axis=-1)[..., n - k : n - k + 1]
+    else:
+        kth = _kth_real(z, np.broadcast_to(np.asarray(k, dtype=np.float64).reshape(-1), z.shape[:1]))
+    at = z == kth
+    return np.divide(at, at.sum(axis=-1, keepdims=True))
+
+
+def _hard_jacobian(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
     return np.zeros(z.shape + z.shape[-1:])
 
 
-def _hard_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
+def _hard_vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatArray:
     return np.zeros_like(z)
 
 
-HARD = Implementation(forward=hard_topk, jacobian=_hard_jacobian, vjp=_hard_vjp, elementwise=True)
+#: Takes a real k per row; ``log p`` and ``log(1 - p)`` are exact from ``p`` and ``q`` themselves.
+HARD = Implementation(
+    forward=hard_topk, jacobian=_hard_jacobian, vjp=_hard_vjp, elementwise=True, row_k=True, dk=hard_topk_dk
+)

@@ -45,11 +45,15 @@ convention as ``thre-exp``'s saturated side; the zero matrix when no entry is fr
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
 from topk_cli.operators.threshold import (
     _fill_saturated,
+    _grouped,
+    _kr,
     threshold_jacobian,
     threshold_vjp,
 )
@@ -96,7 +100,7 @@ def _relative(z: FloatArray, idx: np.ndarray, off: np.ndarray) -> FloatArray:
         return (z - _take(z, idx)[:, None]) + off[:, None]
 
 
-def _root_interval(z: FloatArray, k: int, power: int
+def _root_interval(z: FloatArray, k: Any, power: int
                    ) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray, FloatArray, FloatArray]:
     """``(lo, u, width, exact, z_lo, o_lo)``: ``lambda`` lies in ``[lo, lo + width)``; ``exact`` rows have
     ``lambda = lo``.
@@ -115,7 +119,7 @@ def _root_interval(z: FloatArray, k: int, power: int
     while rows.size:
         mid = (lo_idx[rows] + hi_idx[rows]) // 2
         u_mid = _relative(z[rows], _take(bidx[rows], mid), _take(boff[rows], mid))
-        below = _g(u_mid, power) < k
+        below = _g(u_mid, power) < _kr(k, rows)
         lo_idx[rows] = np.where(below, mid + 1, lo_idx[rows])
         hi_idx[rows] = np.where(below, hi_idx[rows], mid)
         rows = rows[lo_idx[rows] < hi_idx[rows]]
@@ -139,7 +143,8 @@ def _candidates(z: FloatArray, k: int) -> list[tuple[np.ndarray | None, FloatArr
     none of its breakpoints lies at or above the root's interval: dropping it changes neither
     ``lambda`` nor any other weight. One ``np.partition`` keeps the ``m`` largest entries; a row
     whose ``m``-th largest is not certainly below ``s_{k+1} - 1`` is tried again with ``4 m``
-    (``m = n`` at the end: the whole row).
+    (``m = n`` at the end: the whole row). ``k`` here is an integer: for a real ``k`` its floor
+    (``lambda > s_{floor(k)+1} - 1`` likewise, since ``floor(k) + 1 > k``).
     """
     b, n = z.shape
     m = min(n, max(2 * k + 2, k + 32))
@@ -166,7 +171,7 @@ def _candidates(z: FloatArray, k: int) -> list[tuple[np.ndarray | None, FloatArr
         m = min(n, 4 * m)
 
 
-def _solve(z: FloatArray, k: int, power: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+def _solve(z: FloatArray, k: Any, power: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """``(z_lo, o_lo, delta, lambda)`` of each row of ``z`` (or of its candidates, see :func:`_candidates`):
     ``t = ((z - z_lo) + o_lo) - delta`` for every entry."""
     lo, u, width, exact, z_lo, o_lo = _root_interval(z, k, power)
@@ -228,42 +233,61 @@ def _weights(z: FloatArray, z_lo: FloatArray, o_lo: FloatArray, delta: FloatArra
     return p, q, d
 
 
-def _projection_forward(z: FloatArray, k: int, power: int) -> Forward:
-    """Shared forward of ``thre-clip`` (``power = 1``) and ``thre-cube`` (``power = 3``).
-
-    The threshold is solved on the candidates only (:func:`_candidates`: one partial sort); the
-    weights then take a few elementwise passes over the batch.
-    """
-    b, n = z.shape
+def _projection_threshold(z: FloatArray, k: Any, k_floor: int, power: int) -> tuple[np.ndarray, ...]:
+    """``(z_lo, o_lo, delta, lambda, total, saturated_rows)`` of every row (``total``: the sum of
+    the weights over the candidates); ``k_floor = floor(k)`` for every row."""
+    b = z.shape[0]
     z_lo = np.empty(b)
     o_lo = np.empty(b)
     delta = np.empty(b)
     lam = np.empty(b)
     total = np.empty(b)  # sum of the weights, from the candidates (every other entry weighs 0)
     sat_rows = np.empty(b, dtype=bool)
-    for rows, top in _candidates(z, k):
+    for rows, top in _candidates(z, k_floor):
         sel = slice(None) if rows is None else rows
-        zl, ol, de, la = _solve(top, k, power)
+        kr = k if rows is None else _kr(k, rows)
+        zl, ol, de, la = _solve(top, kr, power)
         z_lo[sel], o_lo[sel], delta[sel], lam[sel] = zl, ol, de, la
         pt = _weights(top, zl, ol, de, power)[0]
         fin = np.isfinite(top)
         total[sel] = np.where(fin, pt, 0.0).sum(axis=1)
         # exactly k finite entries: the candidates hold the k + 1 largest, so all of them
-        sat_rows[sel] = fin.sum(axis=1) == k
+        sat_rows[sel] = fin.sum(axis=1) == kr
+    return z_lo, o_lo, delta, lam, total, sat_rows
+
+
+def _projection_forward(z: FloatArray, k: Any, power: int) -> Forward:
+    """Shared forward of ``thre-clip`` (``power = 1``) and ``thre-cube`` (``power = 3``).
+
+    The threshold is solved on the candidates only (:func:`_candidates`: one partial sort); the
+    weights then take a few elementwise passes over the batch. ``k``: an ``int``, or a ``(B,)``
+    array of real ``k`` per row (rows grouped by ``floor(k)``, which sizes their candidates).
+    ``aux`` holds ``lambda``, ``d`` and, per row, ``z_lo``, ``o_lo``, ``delta`` with
+    ``z - lambda = ((z - z_lo) + o_lo) - delta`` as the weights were computed.
+    """
+    n = z.shape[1]
+    if isinstance(k, np.ndarray):
+        def solve(zz: FloatArray, kk: Any, k_floor: int) -> tuple[np.ndarray, ...]:
+            return _projection_threshold(zz, kk, k_floor, power)
+
+        z_lo, o_lo, delta, lam, total, sat_rows = _grouped(z, k, np.floor(k).astype(np.int64), solve)
+    else:
+        z_lo, o_lo, delta, lam, total, sat_rows = _projection_threshold(z, k, k, power)
     p, q, d = _weights(z, z_lo, o_lo, delta, power)
     _fill_saturated(z, sat_rows, p, q, d, lam)
+    aux = {"lambda": lam, "d": d, "z_lo": z_lo, "o_lo": o_lo, "delta": delta}
     # a row whose weights miss sum p = k (beyond the rounding of the sum) is never returned "ok"
     slack = 8.0 * _EPS * k * max(n, 1)
     with np.errstate(invalid="ignore"):
         bad = ~sat_rows & ~(np.abs(total - k) <= slack)
     if not bad.any():
-        return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
+        return Forward(p=p, q=q, aux=aux)
     code = np.where(bad, "no-convergence", OK).astype("<U16")
-    messages = {int(r): f"the weights sum to {p[r].sum()!r}, not k = {k}" for r in np.flatnonzero(bad)}
-    return Forward(p=p, q=q, code=code, messages=messages, aux={"lambda": lam, "d": d})
+    messages = {int(r): f"the weights sum to {p[r].sum()!r}, not k = {_kr(k, r)}" for r in np.flatnonzero(bad)}
+    return Forward(p=p, q=q, code=code, messages=messages, aux=aux)
 
 
-def thre_clip_forward(z: FloatArray, k: int) -> Forward:
+def thre_clip_forward(z: FloatArray, k: Any) -> Forward:
     """``p = clip(z - lambda, 0, 1)`` with ``sum p = k``: the Euclidean projection onto ``D(n, k)``.
 
     Solves ``max_{p in D(n,k)} <p, z> - ||p||^2 / 2``; exact (sorted breakpoints, then a closed
@@ -277,7 +301,7 @@ def thre_clip_forward(z: FloatArray, k: int) -> Forward:
     return _projection_forward(z, k, 1)
 
 
-def thre_cube_forward(z: FloatArray, k: int) -> Forward:
+def thre_cube_forward(z: FloatArray, k: Any) -> Forward:
     """``p = clip(z - lambda, 0, 1)^3`` with ``sum p = k``: Sander et al.'s p = 4/3 top-k mask.
 
     Solves ``max_{p in D(n,k)} <p, z> - (3/4) sum p_i^{4/3}``; exact interval search, then

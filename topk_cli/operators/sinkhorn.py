@@ -50,6 +50,8 @@ derivative of the limit map, not of the truncated iteration.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from topk_cli.errors import InvalidArgumentError
@@ -89,10 +91,13 @@ def _sigmoid_pair(t: FloatArray) -> tuple[FloatArray, FloatArray]:
     return np.where(pos, u, v), np.where(pos, v, u)
 
 
-def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_ITER,
+def ot_sinkhorn_forward(z: FloatArray, k: Any, *, max_iter: int = DEFAULT_MAX_ITER,
                         tol: float = DEFAULT_TOL) -> Forward:
     """SOFT top-k weights ``p = m * Gamma[:, upper]`` by log-domain Sinkhorn, per-row convergence.
 
+    ``k``: an ``int`` for every row, or a ``(B,)`` float array with one real ``k`` per row
+    (``0 < k <= m``: the anchors' masses ``(m - k)/m`` and ``k/m``; an integer value gives bitwise
+    the ``int`` result).
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``code`` (``"ok"`` or
     ``"no-convergence"``), ``value`` (the final marginal error of failed rows);
     ``aux["lambda"]`` (the sigmoid threshold implied by the potentials), ``aux["d"]``,
@@ -106,6 +111,8 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
     b = z.shape[0]
     fin = np.isfinite(z)
     m = fin.sum(axis=1).astype(np.float64)
+    if not isinstance(k, (int, np.integer)):  # one real k per row: sliced with the rows below
+        k = np.asarray(k, dtype=np.float64).reshape(-1)
     sat = m == k  # every unmasked entry selected: p = 1 exactly, nothing to iterate
     p = np.where(fin, 1.0, 0.0)  # saturated rows keep these; the others are overwritten
     q = np.where(fin, 0.0, 1.0)
@@ -116,6 +123,7 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
     za, la, masked = z[rows], lam[rows], ~fin[rows]
     has_mask = bool(masked.any())
     unselected = (m - k)[rows]
+    kr = k[rows] if isinstance(k, np.ndarray) else k  # the column mass of each remaining row
     # the marginal error is affine in s_i (r_i = 1 - s_i), so its maximum over a row is at the
     # largest or the smallest unmasked score
     ends = np.stack([np.argmax(za, axis=-1), np.argmin(np.where(masked, np.inf, za), axis=-1)], axis=-1)
@@ -130,7 +138,7 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
                 np.copyto(r, 0.0, where=masked)  # s is already 0 there
             big_s, big_r = s.sum(axis=-1), r.sum(axis=-1)
             alpha = (unselected - big_r) / big_r  # the column updates scale the columns by 1 + alpha, 1 + beta
-            beta = (k - big_s) / big_s
+            beta = (kr - big_s) / big_s
             # m * row mass - 1 after the column updates: (1 + alpha) r_i + (1 + beta) s_i - 1
             s_end, r_end = s[at, ends], r[at, ends]
             e = np.abs(alpha[:, None] * r_end + beta[:, None] * s_end).max(axis=-1)
@@ -143,6 +151,8 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
                 lam[out], err[out], iters[out] = la[stop], e[stop], it
                 go = ~stop
                 rows, za, la, masked, unselected, ends = rows[go], za[go], la[go], masked[go], unselected[go], ends[go]
+                if isinstance(kr, np.ndarray):
+                    kr = kr[go]
                 at = at[: rows.size]
                 has_mask = has_mask and bool(masked.any())
     p = np.where(fin, p, 0.0)
@@ -165,8 +175,36 @@ def ot_sinkhorn_forward(z: FloatArray, k: int, *, max_iter: int = DEFAULT_MAX_IT
     )
 
 
+def ot_sinkhorn_dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+    """``dp/dk`` of the converged plan, ``(B, n)``: the implicit derivative of the fixed point with
+    respect to the column mass ``k/m``.
+
+    At the fixed point ``p_i = sigmoid(z_i - lambda)`` with ``sum p = k``, so ``dlambda/dk = -1 / sum d``
+    and ``dp_i/dk = d_i / sum_j d_j``, ``d_i = p_i (1 - p_i)`` (it sums to 1). Computed as a softmax of
+    ``log d_i = -|t_i| - 2 log1p(e^{-|t_i|})``, ``t_i = z_i - lambda`` (``aux["lambda"]``), so it stays
+    defined where every ``d_i`` underflows (a hard selection: the mass goes to the entries at the
+    threshold). On a row with ``k = m`` (every entry selected, ``lambda = -inf``) it is the derivative
+    from below, the limit ``k -> m``: ``d_i`` is proportional to ``e^{-z_i}`` there.
+
+    >>> z = np.array([[0.0, -1.0, -2.0]])
+    >>> np.round(ot_sinkhorn_dk(ot_sinkhorn_forward(z, 1), z, 1), 4)
+    array([[0.4249, 0.3667, 0.2085]])
+    """
+    lam = fwd.aux["lambda"][:, None]
+    fin = np.isfinite(z)
+    with np.errstate(invalid="ignore"):  # masked entries and saturated rows: replaced below
+        a = -np.abs(z - lam)
+        log_d = a - 2.0 * np.log1p(np.exp(np.where(fin, a, 0.0)))
+    log_d = np.where(np.isfinite(lam), log_d, -z)  # k = m: d_i ~ e^{lambda - z_i}, lambda -> -inf
+    log_d = np.where(fin, log_d, -np.inf)
+    w = np.exp(log_d - log_d.max(axis=1, keepdims=True))
+    return np.divide(w, w.sum(axis=1, keepdims=True))
+
+
 #: ``max_iter`` and ``tol`` reach the forward as keyword arguments; the Jacobian and VJP are those
-#: of the converged map at the returned point.
+#: of the converged map at the returned point (for a real k as for an integer one: ``k`` enters
+#: only through ``lambda``); so is ``dp/dk``.
 OT_SINKHORN = Implementation(
-    forward=ot_sinkhorn_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+    forward=ot_sinkhorn_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
+    row_k=True, dk=ot_sinkhorn_dk,
 )

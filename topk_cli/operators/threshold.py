@@ -31,7 +31,7 @@ Jacobian (implicit function theorem): ``dp/dz = diag(d) - d d^T / sum(d)`` with
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -71,6 +71,34 @@ def _tail_mass(top: FloatArray, tail: FloatArray) -> tuple[FloatArray, FloatArra
 def _take(a: FloatArray, idx: np.ndarray) -> FloatArray:
     """``a[b, idx[b]]`` for every row ``b``."""
     return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
+
+
+def _kr(k: Any, rows: Any) -> Any:
+    """``k`` of those rows: the ``int`` itself (every row shares it), or those rows of a per-row array."""
+    return k[rows] if isinstance(k, np.ndarray) else k
+
+
+def _grouped(z: FloatArray, k: Any, keys: np.ndarray,
+             solve: Callable[[FloatArray, Any, int], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """``solve(z, k, key)`` (per-row results, row first) on each group of rows sharing the integer
+    ``keys[b]`` (the size of a method's partial sort, e.g. ``ceil(k)``), merged.
+
+    A per-row ``k`` changes how many entries a row's solve sorts; grouping the rows by that size
+    makes every row's result the one it has alone (the same sort, the same sums), whatever the
+    other rows' k. One distinct size (the usual case) calls ``solve`` once on the whole batch.
+    """
+    values = np.unique(keys)
+    if values.size == 1:
+        return solve(z, k, int(values[0]))
+    outs: tuple[np.ndarray, ...] = ()
+    for v in values:
+        rows = np.flatnonzero(keys == v)
+        res = solve(z[rows], k[rows], int(v))
+        if not outs:
+            outs = tuple(np.empty((z.shape[0], *r.shape[1:]), dtype=r.dtype) for r in res)
+        for full, part in zip(outs, res, strict=True):
+            full[rows] = part
+    return outs
 
 
 def _select(mask: np.ndarray, a: FloatArray, b: FloatArray) -> FloatArray:
@@ -144,12 +172,12 @@ def _fill_saturated(z: FloatArray, rows: np.ndarray, p: FloatArray, q: FloatArra
 # the closed forms: choosing the branch m = #{z_i > lambda}
 
 
-def _g_exp(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, j: np.ndarray) -> FloatArray:
+def _g_exp(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any, j: np.ndarray) -> FloatArray:
     """``G(s_j)`` for ``f = min(1, e^t)``: ``j + sum_{i >= j} e^{s_i - s_j}`` (0-based ``j``)."""
     return j + np.exp(_log_below(top, s_last, t0, j))
 
 
-def _g_laplace(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, j: np.ndarray) -> FloatArray:
+def _g_laplace(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any, j: np.ndarray) -> FloatArray:
     """``G(s_j)`` for the Laplace CDF: ``(j + 1) - X/2 + Y/2``, every term relative to ``s_j``.
 
     ``X = sum_{i <= j} e^{s_j - s_i}`` and ``Y = sum_{i > j} e^{s_i - s_j}``.
@@ -170,10 +198,10 @@ def _g_laplace_from(top: FloatArray, s_last: FloatArray, t0: FloatArray, j: np.n
     return (j + 1) - 0.5 * x + 0.5 * y
 
 
-GFn = Callable[[FloatArray, FloatArray, FloatArray, int, np.ndarray], FloatArray]
+GFn = Callable[[FloatArray, FloatArray, FloatArray, Any, np.ndarray], FloatArray]
 
 
-def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, upper: np.ndarray,
+def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any, upper: np.ndarray,
             guess: np.ndarray, g: GFn, g_left: FloatArray | None = None) -> np.ndarray:
     """``m = #{j < upper : G(s_j) < k}`` per row (``G(s_j)`` increases with ``j``).
 
@@ -191,7 +219,8 @@ def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, upper: 
     rows = np.flatnonzero(lo < hi)
     while rows.size:
         mid = (lo[rows] + hi[rows]) // 2
-        below_k = g(top[rows], s_last[rows], t0[rows], k, mid) < k
+        kr = _kr(k, rows)
+        below_k = g(top[rows], s_last[rows], t0[rows], kr, mid) < kr
         lo[rows] = np.where(below_k, mid + 1, lo[rows])
         hi[rows] = np.where(below_k, hi[rows], mid)
         rows = rows[lo[rows] < hi[rows]]
@@ -202,7 +231,7 @@ def _branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, upper: 
 # thre-exp
 
 
-def _exp_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int,
+def _exp_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any,
                 m: np.ndarray) -> tuple[FloatArray, FloatArray]:
     """``(ref, delta)`` of branch ``m`` (``m`` saturated): ``lambda = ref + delta``, ``ref = s_{m+1}``."""
     ref = _take(top, m)
@@ -210,7 +239,37 @@ def _exp_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int,
     return ref, delta
 
 
-def thre_exp_forward(z: FloatArray, k: int) -> Forward:
+def _exp_threshold(z: FloatArray, k: Any, size: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    """``(ref, delta, saturated_rows)`` of the ``thre-exp`` threshold ``lambda = ref + delta``.
+
+    ``size = ceil(k)`` (the same for every row): at most ``size - 1`` entries saturate (``m < k``),
+    so the ``size`` largest entries, sorted, and the mass of the others decide every branch.
+    """
+    top, tail = _split_top(z, size)
+    # exactly size finite entries <=> nothing finite outside the top size
+    sat_rows = np.max(tail, axis=1) == -np.inf if tail.shape[1] else np.ones(z.shape[0], dtype=bool)
+    if isinstance(k, np.ndarray):
+        sat_rows &= k == size  # a real k below the number of entries leaves room for a threshold
+    s_last, t0 = _tail_mass(top, tail)
+    # Log-space guess: lambda_m = log S(m) - log(k - m), S(m) = sum of all but the top m.
+    with np.errstate(divide="ignore"):  # empty tails give log 0 = -inf
+        log_tail = np.where(t0 > 0, s_last + np.log(np.where(t0 > 0, t0, 1.0)), -np.inf)
+    seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
+    log_s = np.logaddexp.accumulate(seq, axis=1)[:, :0:-1]  # log S(m), m = 0..size-1
+    if isinstance(k, np.ndarray):
+        log_room = np.log(k[:, None] - np.arange(size))  # k - m > 0 for every m < size
+    else:
+        log_room = np.log(k - np.arange(k))[None, :]
+    guess = np.argmin(log_s - log_room, axis=1)
+    upper = np.where(sat_rows, size, size - 1)
+    m = _branch(top, s_last, t0, k, upper, guess, _g_exp)
+    ref, delta = _exp_branch(top, s_last, t0, k, np.minimum(m, size - 1))
+    ref = np.where(sat_rows, 0.0, ref)
+    delta = np.where(sat_rows, 0.0, delta)
+    return ref, delta, sat_rows
+
+
+def thre_exp_forward(z: FloatArray, k: Any) -> Forward:
     """``p = min(1, exp(z - lambda))`` with ``sum p = k``, in closed form after a partial sort.
 
     Solves ``max_{p in D(n,k)} <p, z> - sum p_i (log p_i - 1)``. Only the top k entries can
@@ -218,27 +277,21 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
     (the true ``m`` also gives the smallest such ``lambda``). At ``k = 1`` this is softmax.
     Cost: one ``np.partition``, a sort of the top k, one ``exp`` over the row.
 
-    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]``.
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows are grouped by ``ceil(k)``, the
+    size of their partial sort; ``lambda_m = log S(m) - log(k - m)`` holds for a real ``k``).
+
+    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]`` and
+    ``aux["t"] = min(z - lambda, 0)`` (``-inf`` on masked entries), from which
+    :data:`THRE_EXP`'s ``dk`` and ``log_weights`` work in log space.
     ``q = -expm1(z - lambda)`` on unsaturated entries and exactly 0 on saturated ones.
 
     >>> np.round(thre_exp_forward(np.array([[0.0, -1.0, -2.0]]), 2).p, 4)
     array([[1.    , 0.7311, 0.2689]])
     """
-    top, tail = _split_top(z, k)
-    # exactly k finite entries <=> nothing finite outside the top k
-    sat_rows = np.max(tail, axis=1) == -np.inf if tail.shape[1] else np.ones(z.shape[0], dtype=bool)
-    s_last, t0 = _tail_mass(top, tail)
-    # Log-space guess: lambda_m = log S(m) - log(k - m), S(m) = sum of all but the top m.
-    with np.errstate(divide="ignore"):  # empty tails give log 0 = -inf
-        log_tail = np.where(t0 > 0, s_last + np.log(np.where(t0 > 0, t0, 1.0)), -np.inf)
-    seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
-    log_s = np.logaddexp.accumulate(seq, axis=1)[:, :0:-1]  # log S(m), m = 0..k-1
-    guess = np.argmin(log_s - np.log(k - np.arange(k))[None, :], axis=1)
-    upper = np.where(sat_rows, k, k - 1)
-    m = _branch(top, s_last, t0, k, upper, guess, _g_exp)
-    ref, delta = _exp_branch(top, s_last, t0, k, np.minimum(m, k - 1))
-    ref = np.where(sat_rows, 0.0, ref)
-    delta = np.where(sat_rows, 0.0, delta)
+    if isinstance(k, np.ndarray):
+        ref, delta, sat_rows = _grouped(z, k, np.ceil(k).astype(np.int64), _exp_threshold)
+    else:
+        ref, delta, sat_rows = _exp_threshold(z, k, k)
     t = np.subtract(z, ref[:, None])
     t -= delta[:, None]
     np.minimum(t, 0.0, out=t)  # the kink t = 0 counts as saturated: p = 1, q = 0, d = 0
@@ -253,7 +306,7 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
     d = np.multiply(p, t < 0.0)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
-    return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
+    return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "t": t})
 
 
 #: Rows whose threshold lies this far below the row maximum (in ``z``) are refined by
@@ -262,7 +315,7 @@ def thre_exp_forward(z: FloatArray, k: int) -> Forward:
 REFINE_BELOW = 64.0
 
 
-def thre_exp_refine(fwd: Forward, z: FloatArray, k: int, residual: ResidualFn) -> Forward:
+def thre_exp_refine(fwd: Forward, z: FloatArray, k: Any, residual: ResidualFn) -> Forward:
     """``fwd`` recomputed on the rows whose threshold is at least :data:`REFINE_BELOW` below the row
     maximum, from the scores relative to the largest unsaturated one, corrected by the rounding error
     of ``z``.
@@ -290,13 +343,15 @@ def thre_exp_refine(fwd: Forward, z: FloatArray, k: int, residual: ResidualFn) -
     m = np.isfinite(zr).sum(axis=1) - un.sum(axis=1)  # saturated entries
     top = np.max(w, axis=1)
     with np.errstate(under="ignore", divide="ignore"):
-        delta = top + np.log(np.exp(w - top[:, None]).sum(axis=1)) - np.log(k - m)
+        delta = top + np.log(np.exp(w - top[:, None]).sum(axis=1)) - np.log(_kr(k, rows) - m)
         t = np.minimum(w - delta[:, None], 0.0)
         pr = np.where(un, np.exp(t), p[rows])
         qr = np.where(un, np.where(pr > 0.5, -np.expm1(t), 1.0 - pr), fwd.q[rows])
     dr = np.where(un, pr * (t < 0.0), 0.0)
-    out = Forward(p=p.copy(), q=fwd.q.copy(), aux={"lambda": lam.copy(), "d": fwd.aux["d"].copy()})
+    out = Forward(p=p.copy(), q=fwd.q.copy(), aux={name: val.copy() for name, val in fwd.aux.items()})
     out.p[rows], out.q[rows], out.aux["d"][rows] = pr, qr, dr
+    if "t" in out.aux:  # saturated entries keep t = 0, masked ones -inf
+        out.aux["t"][rows] = np.where(un, t, np.where(np.isfinite(zr), 0.0, -np.inf))
     out.aux["lambda"][rows] = _take(zr, r) + delta
     return out
 
@@ -305,7 +360,7 @@ def thre_exp_refine(fwd: Forward, z: FloatArray, k: int, residual: ResidualFn) -
 # thre-laplace
 
 
-def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int, m: np.ndarray,
+def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any, m: np.ndarray,
                     logs: tuple[FloatArray, FloatArray] | None = None) -> tuple[FloatArray, FloatArray]:
     """``(ref, delta)`` of branch ``m`` (``m`` entries above lambda), accurately.
 
@@ -334,7 +389,7 @@ def _laplace_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: int,
     return ref, delta
 
 
-def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
+def thre_laplace_forward(z: FloatArray, k: Any) -> Forward:
     """``p = F(z - lambda)``, ``F`` the Laplace CDF, ``sum p = k``: closed form after a partial sort.
 
     ``F(t) = 1 - e^{-t}/2`` for ``t >= 0`` and ``e^t/2`` for ``t < 0``. With ``m`` entries above
@@ -344,7 +399,11 @@ def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
     ``q = 1 - p`` is ``e^{-t}/2`` above lambda. C1: ``F'(t) = e^{-|t|}/2`` is continuous.
     At ``k = 1`` it equals softmax only while every softmax weight is < 1/2.
 
-    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]``.
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (``m < 2k`` still: the rows are
+    grouped by ``ceil(2k)``, the size of their partial sort).
+
+    Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]`` and
+    ``aux["t"] = z - lambda`` (``-inf`` on masked entries) for ``dk`` and ``log_weights``.
 
     >>> np.round(thre_laplace_forward(np.array([[0.0, -1.0, -2.0]]), 1).p, 4)
     array([[0.6453, 0.2593, 0.0954]])
@@ -365,7 +424,7 @@ def thre_laplace_forward(z: FloatArray, k: int) -> Forward:
     np.abs(q, out=q)
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
-    return Forward(p=p, q=q, aux={"lambda": lam, "d": d})
+    return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "t": t})
 
 
 def _laplace_guess_log(top: FloatArray, s_last: FloatArray, t0: FloatArray) -> FloatArray:
@@ -415,12 +474,27 @@ class LaplaceStart(NamedTuple):
     t0: FloatArray
 
 
-def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
-    """The Laplace threshold of ``z`` with the partial sort and tail mass it used."""
+def laplace_sort_size(k: Any) -> Any:
+    """How many of a row's largest entries the Laplace and sigmoid solves sort: ``ceil(2k)``
+    (entries above the threshold have ``p > 1/2``, so fewer than ``2k`` of them), per row for a
+    ``(B,)`` array."""
+    return np.ceil(2.0 * k).astype(np.int64) if isinstance(k, np.ndarray) else 2 * k
+
+
+def _laplace_start(z: FloatArray, k: Any, size: int | None = None) -> LaplaceStart:
+    """The Laplace threshold of ``z`` with the partial sort and tail mass it used.
+
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row whose :func:`laplace_sort_size` is
+    ``size`` for every row.
+    """
     n = z.shape[1]
-    size = min(n, 2 * k)
+    size = min(n, 2 * k if size is None else size)
     top, tail = _split_top(z, size)
-    sat_rows = _saturated_from_top(top, k)
+    if isinstance(k, np.ndarray):
+        # exactly k finite entries (k <= #finite): the top holds min(#finite, ceil(2k)) >= k of them
+        sat_rows = np.isfinite(top).sum(axis=1) == k
+    else:
+        sat_rows = _saturated_from_top(top, k)
     n_fin = np.isfinite(top).sum(axis=1)  # min(#finite, size): what ``upper`` needs
     s_last, t0 = _tail_mass(top, tail)  # ``tail`` now holds e^{z - shift}
     # A guess of G(s_j) from prefix sums (``_branch`` verifies it, so it only has to be close).
@@ -431,7 +505,8 @@ def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
     if far.any():
         g_guess[far] = _laplace_guess_log(top[far], s_last[far], t0[far])
     upper = np.minimum(n_fin, size)
-    guess = np.clip(np.sum((g_guess < k) & np.isfinite(top), axis=1), 0, upper)
+    k_col = k[:, None] if isinstance(k, np.ndarray) else k
+    guess = np.clip(np.sum((g_guess < k_col) & np.isfinite(top), axis=1), 0, upper)
     # The branch check's first evaluation, G(s_{j}) with j = max(guess - 1, 0), needs the two
     # log-sums at j + 1; where the check confirms m = j + 1 (the usual case), the closed form
     # below reuses them (the same values, so the same bits as evaluating them again).
@@ -450,10 +525,20 @@ def _laplace_start(z: FloatArray, k: int) -> LaplaceStart:
     return LaplaceStart(ref, delta, sat_rows, top, s_last, tail, t0)
 
 
-def _laplace_threshold(z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
-    """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``."""
-    start = _laplace_start(z, k)
-    return start.ref, start.delta, start.saturated
+def _laplace_threshold(z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    """``(ref, delta, saturated_rows)`` of the Laplace threshold ``lambda = ref + delta``.
+
+    A per-row ``k`` groups the rows by :func:`laplace_sort_size`."""
+    if not isinstance(k, np.ndarray):
+        start = _laplace_start(z, k)
+        return start.ref, start.delta, start.saturated
+
+    def solve(zz: FloatArray, kk: Any, size: int) -> tuple[np.ndarray, ...]:
+        start = _laplace_start(zz, kk, size)
+        return start.ref, start.delta, start.saturated
+
+    ref, delta, sat = _grouped(z, k, laplace_sort_size(k), solve)
+    return ref, delta, sat
 
 
 # ---------------------------------------------------------------------------------------------

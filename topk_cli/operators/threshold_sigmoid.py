@@ -6,13 +6,18 @@ threshold used as the start, Jacobian and VJP) are in :mod:`topk_cli.operators.t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 from topk_cli.operators.threshold import (
     _fill_saturated,
+    _grouped,
+    _kr,
     _laplace_start,
     _select,
+    laplace_sort_size,
     threshold_jacobian,
     threshold_vjp,
 )
@@ -39,7 +44,7 @@ def _sigmoid_parts(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
 
 
 def _sigmoid_residual(a: FloatArray, zr: FloatArray, delta: FloatArray, delta0: FloatArray,
-                      direct: np.ndarray, rows: np.ndarray, k: int) -> tuple[FloatArray, FloatArray]:
+                      direct: np.ndarray, rows: np.ndarray, k: Any) -> tuple[FloatArray, FloatArray]:
     """``(sum p - k, sum p q)`` over the top ``2k`` of ``rows`` at ``delta`` (see
     :func:`thre_sigmoid_forward`): ``a = e^{zr - delta0}`` on rows not ``direct``, ``zr - delta``
     on direct ones.
@@ -62,7 +67,7 @@ def _sigmoid_residual(a: FloatArray, zr: FloatArray, delta: FloatArray, delta0: 
         total = w.sum(axis=1)
         w_up = np.multiply(w, up, out=den).sum(axis=1)
         # (#{t >= 0} - k) + sum_{t<0} p - sum_{t>=0} q, every term below 1/2 in size
-        resid[fast] = (np.count_nonzero(up, axis=1) - k) + ((total - w_up) - w_up)
+        resid[fast] = (np.count_nonzero(up, axis=1) - _kr(k, sel)) + ((total - w_up) - w_up)
         # p q = w (1 - w) on every entry; w <= 1/2 keeps the difference within a factor 2
         slope[fast] = total - np.einsum("ij,ij->i", w, w)
     if not fast.all():
@@ -70,7 +75,8 @@ def _sigmoid_residual(a: FloatArray, zr: FloatArray, delta: FloatArray, delta0: 
         t = zr[sel] - delta[sel, None]
         pa, qa, da = _sigmoid_parts(t)
         up = t >= 0
-        resid[~fast] = (up.sum(axis=1) - k) + (np.where(up, 0.0, pa).sum(axis=1) - np.where(up, qa, 0.0).sum(axis=1))
+        resid[~fast] = (up.sum(axis=1) - _kr(k, sel)) + (np.where(up, 0.0, pa).sum(axis=1)
+                                                        - np.where(up, qa, 0.0).sum(axis=1))
         slope[~fast] = da.sum(axis=1)
     return resid, slope
 
@@ -116,7 +122,7 @@ def _tail_model(y: FloatArray, t0: FloatArray) -> tuple[FloatArray, FloatArray, 
     return np.maximum(t0 - w1, 0.0), w1, y1
 
 
-def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
+def thre_sigmoid_forward(z: FloatArray, k: Any) -> Forward:
     """``p = sigmoid(z - lambda)`` with ``sum p = k``, lambda by safeguarded Newton (LML).
 
     Solves ``max_{p in D(n,k)} <p, z> + sum H(p_i)`` (binary entropy ``H``). The Laplace CDF
@@ -140,14 +146,27 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     ``t <= 1/2`` on the bracket and takes ``p = y / (y + e^{lambda - s_2k})`` from the Laplace
     start's own ``exp`` pass: one addition, one division and two sums per step.
 
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows grouped by ``ceil(2k)``, the
+    size of their partial sort; the residual takes each row's own ``k``).
+
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = sigmoid(lambda - z) (B, n)``;
-    ``aux["lambda"], aux["d"], aux["iterations"]`` (per row).
+    ``aux["lambda"], aux["d"], aux["iterations"]``, ``aux["ref"], aux["delta"]`` (per row:
+    ``z - lambda = (z - ref) - delta``, as the weights were computed).
 
     >>> np.round(thre_sigmoid_forward(np.array([[0.0, 0.0, -1.0]]), 2).p, 4)
     array([[0.7426, 0.7426, 0.5148]])
     """
+    if isinstance(k, np.ndarray):
+        ref, delta, sat_rows, iters = _grouped(z, k, laplace_sort_size(k), _sigmoid_solve)
+    else:
+        ref, delta, sat_rows, iters = _sigmoid_solve(z, k, None)
+    return _sigmoid_weights(z, ref, delta, sat_rows, iters)
+
+
+def _sigmoid_solve(z: FloatArray, k: Any, size: int | None) -> tuple[FloatArray, FloatArray, np.ndarray, FloatArray]:
+    """``(ref, delta, saturated_rows, iterations)`` of :func:`thre_sigmoid_forward`'s threshold."""
     b = z.shape[0]
-    start = _laplace_start(z, k)
+    start = _laplace_start(z, k, size)
     sat_rows = start.saturated
     ref = np.where(np.isfinite(start.ref), start.ref, 0.0)
     delta0 = np.where(np.isfinite(start.delta), start.delta, 0.0)
@@ -241,11 +260,15 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         done = (resid == 0) | small | (new == cur) | (hi[active] - lo[active] <= tol)
         delta[active] = np.where(done & ~small, cur, new)
         active = active[~done]
-    # The weights at the solution from t = (z - ref) - delta: a = e^t, q = 1 / (1 + a),
-    # p = a q (relative accuracy of a few ulps for both). Rows where some t exceeds 700 (a would
-    # overflow) take sigmoid(t) from e^{-|t|}. The choice is made per row, so a row's weights do
-    # not depend on the other rows of its batch.
-    del start, y  # the partitioned copy of z is no longer needed: free it before three new arrays
+    return ref, delta, sat_rows, iters
+
+
+def _sigmoid_weights(z: FloatArray, ref: FloatArray, delta: FloatArray, sat_rows: np.ndarray,
+                     iters: FloatArray) -> Forward:
+    """The weights at the solution from ``t = (z - ref) - delta``: ``a = e^t``, ``q = 1 / (1 + a)``,
+    ``p = a q`` (relative accuracy of a few ulps for both). Rows where some ``t`` exceeds 700 (``a``
+    would overflow) take ``sigmoid(t)`` from ``e^{-|t|}``. The choice is made per row, so a row's
+    weights do not depend on the other rows of its batch."""
     t = np.subtract(z, ref[:, None])
     t -= delta[:, None]
     wide = np.flatnonzero(-ref - delta > 700.0)  # t of the row maximum (0) is -ref - delta
@@ -261,7 +284,7 @@ def thre_sigmoid_forward(z: FloatArray, k: int) -> Forward:
         p[wide], q[wide], d[wide] = p_w, q_w, d_w
     lam = ref + delta
     _fill_saturated(z, sat_rows, p, q, d, lam)
-    return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters})
+    return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters, "ref": ref, "delta": delta})
 
 
 THRE_SIGMOID = Implementation(
