@@ -770,7 +770,9 @@ def verify_properties_command(
     input: InputArg = None,
     method: MethodOpt = None,
     k: Annotated[
-        Optional[int], typer.Option("-k", help="Fixed k (default: vary k = 1, 2, n/3, n-1, n).", show_default=False)
+        Optional[float],
+        typer.Option("-k", help="Fixed k, an integer or a real one (e.g. 2.5) for the methods that take it "
+                     "(default: vary k = 1, 2, n/3, n-1, n).", show_default=False),
     ] = None,
     tau: TauOpt = 1.0,
     values: ValuesOpt = None,
@@ -796,7 +798,7 @@ def verify_properties_command(
 
     import numpy as np
 
-    from topk_cli.api import check_k, check_tau
+    from topk_cli.api import check_k, check_real_k, check_tau
     from topk_cli.errors import InvalidArgumentError
     from topk_cli.properties import verify_properties
     from topk_cli.render.common import ProgressReporter
@@ -805,8 +807,14 @@ def verify_properties_command(
     if trials < 1:
         raise InvalidArgumentError(f"--trials must be >= 1, got {trials}")
     check_tau(tau, name="--tau")
-    if k is not None:
-        check_k(k, name="-k")
+    k_given = None if k is None else k_number(k)
+    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given),
+                          asked_all=all_requested(method, default=["all"]))
+    if k_given is not None:
+        if isinstance(k_given, float):
+            check_real_k(k_given, name="-k")
+        else:
+            check_k(k_given, name="-k")
     vectors = None
     if input is not None or values is not None:
         loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header)
@@ -814,12 +822,11 @@ def verify_properties_command(
         if len(widths) > 1:
             raise InvalidArgumentError(f"the inputs hold vectors of different lengths {sorted(widths)}; check them one by one")
         vectors = np.concatenate([d.values for d in loaded])
-    names = resolve_methods(method, default=["all"])
     with ProgressReporter("verify-properties", enabled=stderr_is_terminal()) as progress:
         report = verify_properties(
-            names, vectors, k, tau=tau, trials=trials, seed=seed, progress=progress, jobs=resolve_jobs(jobs)
+            names, vectors, k_given, tau=tau, trials=trials, seed=seed, progress=progress, jobs=resolve_jobs(jobs)
         )
-    write_text(render_properties(report, fmt, color=color_enabled() and output is None, k=k), output)
+    write_text(render_properties(report, fmt, color=color_enabled() and output is None, k=k_given), output)
     if strict and report.claim_failures:
         for r in report.claim_failures:
             typer.echo(f"softtopk: {r.method} claims {r.property} but it fails: {r.detail}", err=True)
@@ -833,12 +840,13 @@ def verify_properties_command(
         "\b\nExamples:\n"
         "  softtopk temperature-sweep -k 2\n"
         "  softtopk temperature-sweep -k 2 -m all --taus 1e-3:1e3:13 --match 0.9 sample_inputs/scores.csv\n"
-        "  softtopk temperature-sweep -k 2 --values 3,2,1,0 --taus 0.01,0.1,1 --format json --plot sweep.png"
+        "  softtopk temperature-sweep -k 2 --values 3,2,1,0 --taus 0.01,0.1,1 --format json --plot sweep.png\n"
+        "  softtopk temperature-sweep -k 2.5 -m thre-sigmoid,thre-laplace --values 3,2,1,0"
     ),
 )
 @boundary
 def temperature_sweep_command(
-    k: KOpt,
+    k: KOpt = None,
     input: InputArg = None,
     method: MethodOpt = None,
     values: ValuesOpt = None,
@@ -876,6 +884,10 @@ def temperature_sweep_command(
     from topk_cli.render.common import ProgressReporter
     from topk_cli.render.sweep import render_plot_png, render_sweep
 
+    k_given = one_k(k, None)
+    assert k_given is not None
+    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given),
+                          asked_all=all_requested(method, default=["all"]))
     grid = parse_taus(taus)
     if input is None and values is None:
         if row is not None and row != 0:
@@ -896,9 +908,8 @@ def temperature_sweep_command(
             raise InvalidArgumentError(f"--row must satisfy 0 <= row < {rows} (rows in {data.source}), got {row}")
         else:
             x = data.values[row].tolist()
-    names = resolve_methods(method, default=["all"])
     with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
-        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
+        result = temperature_sweep(x, k_given, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
     png = render_plot_png(result, plot_format(plot)) if plot is not None else None
     write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:
@@ -1066,12 +1077,13 @@ def train_probe_command(
         "\b\nExamples:\n"
         "  softtopk bench -B 1024 -n 64 -k 2\n"
         "  softtopk bench -B 1000 -n 1000 -k 10 -m thre-laplace -m grad --dtype float32 --format json\n"
-        "  softtopk bench -k 2 -m all sample_inputs/router_logits.csv"
+        "  softtopk bench -k 2 -m all sample_inputs/router_logits.csv\n"
+        "  softtopk bench -m thre-sigmoid --k-column capacity sample_inputs/router_capacity.csv"
     ),
 )
 @boundary
 def bench_command(
-    k: KOpt,
+    k: KOpt = None,
     input: InputArg = None,
     batch: Annotated[int, typer.Option("-B", "--batch", help="Rows of random normal scores (without INPUT).")] = 1000,
     n: Annotated[int, typer.Option("-n", help="Length of each random vector (without INPUT).")] = 1000,
@@ -1085,6 +1097,8 @@ def bench_command(
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
     header: HeaderOpt = None,
+    k_column: KColumnOpt = None,
+    axis: AxisOpt = "rows",
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float64: the dtype timed.")] = "float64",
     repeats: Annotated[int, typer.Option("--repeats", help="Repeats per measurement (the median is shown).")] = 5,
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory (tracemalloc).")] = True,
@@ -1101,16 +1115,30 @@ def bench_command(
     from topk_cli.render.bench import render_bench
     from topk_cli.render.common import ProgressReporter
 
+    k_given = one_k(k, k_column)
+    asked_all = all_requested(method, default=["all"])
+    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given), asked_all=asked_all)
+    bench_k: Any = k_given
     if input is None and values is None:
+        if k_column is not None:
+            raise InputError("--k-column reads a column of INPUT; the random scores (-B, -n) have none")
+        if check_axis(axis) != "rows":
+            raise InvalidArgumentError("--axis columns reads the columns of INPUT; give an INPUT file")
         x = random_scores(batch, n, seed=seed, dtype=dtype)
         source = f"random normal scores (seed {seed})"
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header), "bench")
+        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header,
+                              k_column=k_column, axis=axis)
+        data = one_input(loaded, "bench")
+        if k_given is None:
+            from topk_cli.comparison import uniform_k
+
+            names = methods_for_k(names, non_integer_k(None, loaded), asked_all=asked_all)
+            bench_k = uniform_k(data.row_k) if data.row_k is not None else None
         x = data.values.astype(check_dtype(dtype))
         source = data.source
-    names = resolve_methods(method, default=["all"])
     with ProgressReporter("bench", enabled=stderr_is_terminal()) as progress:
-        report = bench(x, k, names, tau=tau, repeats=repeats, memory=memory, seed=seed, source=source,
+        report = bench(x, bench_k, names, tau=tau, repeats=repeats, memory=memory, seed=seed, source=source,
                        progress=progress)
     write_text(render_bench(report, fmt, color=color_enabled() and output is None), output)
 

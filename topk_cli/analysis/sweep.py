@@ -5,7 +5,8 @@ measures, with ``p = ST(x / tau)`` and ``h = T_k(x)`` the hard top-k (ties at th
 share the remaining mass):
 
 * ``l1_to_hard = sum_i |p_i - h_i|`` and ``max_entry_error = max_i |p_i - h_i|``;
-* ``topk_mass = sum_i h_i p_i / k``: the share of the mass ``k`` that sits on the true top-k;
+* ``topk_mass = sum_i h_i p_i / k``: the share of the mass ``k`` that sits on the true top-k
+  (for a real k, divided by ``floor(k) + (k - floor(k))^2`` instead: see ``topk_cli.analysis.hardness``);
 * ``entropy = -sum_i (p_i / k) log(p_i / k)`` in nats: ``log k`` at hard top-k (distinct
   values), ``log n`` at the uniform ``k/n``;
 * ``jacobian_norm = ||dp/dx||_F`` (includes ``1/tau``), and ``small_gradient_fraction``: the
@@ -39,8 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness, uniform_mass
-from topk_cli.api import check_k, check_tau, evaluate, get_method, jacobian
+from topk_cli.analysis.hardness import HardnessMatch, mean_topk_mass, tau_for_hardness, uniform_mass
+from topk_cli.api import check_k, check_real_k, check_tau, evaluate, get_method, jacobian
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError
 from topk_cli.operators._base import FloatArray
 from topk_cli.operators.hard import hard_topk_weights
@@ -120,7 +121,7 @@ class SweepResult:
     """
 
     x: tuple[float, ...]
-    k: int
+    k: int | float
     taus: tuple[float, ...]
     hard: tuple[float, ...]
     points: tuple[SweepPoint, ...]
@@ -183,7 +184,7 @@ def _status(codes: FloatArray | np.ndarray) -> str:
 
 
 def _jacobian_rows(
-    method: str, x: FloatArray, k: int, tau: float
+    method: str, x: FloatArray, k: float, tau: float
 ) -> tuple[list[FloatArray | None], list[str]]:
     """Per row: its Jacobian (None where not representable) and ``"ok"`` or the failure code."""
     n = x.shape[-1]
@@ -208,7 +209,7 @@ def _jacobian_rows(
     return jacs, codes
 
 
-def _measure(method: str, x: FloatArray, k: int, tau: float, hard: FloatArray) -> SweepPoint:
+def _measure(method: str, x: FloatArray, k: float, tau: float, hard: FloatArray) -> SweepPoint:
     """One method at one tau on the batch ``x`` ``(B, n)``: means over the rows computed."""
     r = evaluate(x, k, method, tau=tau)
     codes = np.asarray(r.status).reshape(-1)
@@ -234,7 +235,7 @@ def _measure(method: str, x: FloatArray, k: int, tau: float, hard: FloatArray) -
     return SweepPoint(
         method=method, tau=tau, status=status,
         l1_to_hard=float(np.mean(err.sum(axis=-1))),
-        topk_mass=float(np.mean(np.sum(h * p, axis=-1)) / k),
+        topk_mass=mean_topk_mass(h, p, k),
         max_entry_error=float(err.max()),
         entropy=float(np.mean(entropy)),
         jacobian_norm=jac_norm,
@@ -271,7 +272,7 @@ def _rounded(p: FloatArray) -> tuple[float, ...]:
     return tuple(float(v) for v in np.round(p, LIMIT_DECIMALS) + 0.0)
 
 
-def _limit(method: str, x: FloatArray, k: int, hard: FloatArray) -> SweepLimit:
+def _limit(method: str, x: FloatArray, k: float, hard: FloatArray) -> SweepLimit:
     """Both limits on the batch ``x`` ``(B, n)``: per-row vectors, worst error over the rows."""
     small, large = limit_taus(x)
     r0 = evaluate(x, k, method, tau=small)
@@ -301,7 +302,7 @@ def _limit(method: str, x: FloatArray, k: int, hard: FloatArray) -> SweepLimit:
     )
 
 
-def _match(method: str, x: FloatArray, k: int, target: float) -> SweepMatch:
+def _match(method: str, x: FloatArray, k: float, target: float) -> SweepMatch:
     """``--match``: the tau of mean top-k mass ``target``, by the one hardness solver."""
     hm = tau_for_hardness(x, k, method, target)
     return SweepMatch(method, target, hm.tau, hm.mass, hm.status, hm.reason)
@@ -309,7 +310,7 @@ def _match(method: str, x: FloatArray, k: int, target: float) -> SweepMatch:
 
 def temperature_sweep(
     x: ArrayLike,
-    k: int,
+    k: float,
     *,
     methods: Sequence[str] | None = None,
     taus: Sequence[float] | str = DEFAULT_TAUS,
@@ -346,11 +347,12 @@ def temperature_sweep(
     if np.isnan(batch).any() or (batch == np.inf).any():
         raise InvalidArgumentError("x must not contain NaN or +inf (use -inf to mask an entry)")
     n_finite = int(np.isfinite(batch).sum(axis=-1).min())
-    k = check_k(k, n_finite)
+    k_real = isinstance(k, (float, np.floating)) and not float(k).is_integer()
+    k = check_real_k(k, n_finite) if k_real else check_k(k, n_finite)  # type: ignore[assignment]
     grid = parse_taus(taus) if isinstance(taus, str) else tuple(float(t) for t in taus)
     for t in grid:
         check_tau(t)
-    low = uniform_mass(batch, int(k))
+    low = uniform_mass(batch, k)
     for option, value in (("match", match), ("hardness", hardness)):
         if value is not None and not (isinstance(value, (int, float)) and low < value < 1.0):
             raise InvalidArgumentError(
@@ -362,25 +364,25 @@ def temperature_sweep(
     hard = np.zeros_like(batch)
     for row, values in enumerate(batch):
         finite = np.isfinite(values)
-        hard[row, finite] = hard_topk_weights(values[finite], int(k))
+        hard[row, finite] = hard_topk_weights(values[finite], k)
     points: list[SweepPoint] = []
     limits: list[SweepLimit] = []
     matches: list[SweepMatch] = []
     at_hardness: list[tuple[HardnessMatch, SweepPoint | None]] = []
     for i, name in enumerate(names):
         if hardness is not None:
-            hm = tau_for_hardness(batch, int(k), name, hardness)
-            at_hardness.append((hm, _measure(name, batch, int(k), hm.tau, hard) if hm.tau is not None else None))
-        points.extend(_measure(name, batch, int(k), tau, hard) for tau in grid)
-        limits.append(_limit(name, batch, int(k), hard))
+            hm = tau_for_hardness(batch, k, name, hardness)
+            at_hardness.append((hm, _measure(name, batch, k, hm.tau, hard) if hm.tau is not None else None))
+        points.extend(_measure(name, batch, k, tau, hard) for tau in grid)
+        limits.append(_limit(name, batch, k, hard))
         if match is not None:
-            matches.append(_match(name, batch, int(k), match))
+            matches.append(_match(name, batch, k, match))
         if progress is not None:
             progress(i + 1, len(names))
     rows = tuple(tuple(float(v) for v in r) for r in batch)
     hard_rows = tuple(tuple(float(v) for v in r) for r in hard)
     return SweepResult(
-        x=rows[0] if len(rows) == 1 else (), k=int(k), taus=grid, hard=hard_rows[0] if len(rows) == 1 else (),
+        x=rows[0] if len(rows) == 1 else (), k=k, taus=grid, hard=hard_rows[0] if len(rows) == 1 else (),
         points=tuple(points), limits=tuple(limits), matches=tuple(matches), at_hardness=tuple(at_hardness),
         rows=rows, hard_rows=hard_rows, batch=len(rows) > 1,
     )

@@ -1,0 +1,244 @@
+"""The CLI's k as models use it: a real ``-k``, ``--k-column NAME`` (one k per row from a column of
+the input) and ``--axis columns`` (each column one vector), end to end through ``run_cli``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import SAMPLES, run_cli
+
+import topk_cli as st
+from topk_cli.registry import METHODS
+
+CAPACITY = SAMPLES / "router_capacity.csv"
+ROUTER = SAMPLES / "router_logits.csv"
+SCORES = SAMPLES / "scores.csv"
+
+
+def _real_k_method() -> str:
+    takers = [name for name, spec in METHODS.items() if not spec.capabilities.integer_k and name != "hard"]
+    if not takers:
+        pytest.skip("no method of this registry takes a real k")
+    return "thre-sigmoid" if "thre-sigmoid" in takers else takers[0]
+
+
+def _integer_only() -> str:
+    names = [name for name, spec in METHODS.items() if spec.capabilities.integer_k]
+    assert names, "the integer-only methods (grad, iterative, ...) are registered"
+    return "grad" if "grad" in names else names[0]
+
+
+def _capacity() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    lines = CAPACITY.read_text().splitlines()
+    header = lines[0].split(",")
+    rows = [line.split(",") for line in lines[1:]]
+    x = np.array([[float(c) for c in row[1:-1]] for row in rows])
+    k = np.array([float(row[-1]) for row in rows])
+    return x, k, header
+
+
+# ---- --k-column ----------------------------------------------------------------------------
+
+
+def test_k_column_json_equals_per_row_api_calls() -> None:
+    x, k, _ = _capacity()
+    assert len(set(k.tolist())) > 1, "the sample's capacities differ from row to row"
+    r = run_cli("compute", "-m", "thre-sigmoid", "-m", "grad", "--k-column", "capacity", "--format", "json", CAPACITY)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["k"] == [int(v) if v.is_integer() else v for v in k.tolist()]
+    assert doc["labels"] == [f"expert_{i}" for i in range(8)]  # the capacity column is not a score
+    for result in doc["results"]:
+        weights = np.array(result["weights"])
+        assert weights.shape == x.shape
+        for row in range(x.shape[0]):
+            expected = st.soft_topk(x[row], k[row], method=result["method"])
+            np.testing.assert_allclose(weights[row], expected, rtol=0, atol=1e-15)
+            assert abs(weights[row].sum() - k[row]) < 1e-9
+
+
+def test_k_column_is_announced_on_one_stderr_line() -> None:
+    r = run_cli("compute", "-m", "thre-sigmoid", "--k-column", "capacity", "--format", "json", CAPACITY)
+    assert r.code == 0
+    lines = [line for line in r.err.splitlines() if "capacity" in line]
+    assert len(lines) == 1 and lines[0].startswith("softtopk: note: ") and "k per row from column 'capacity'" in lines[0]
+
+
+def test_k_column_table_and_csv_show_each_rows_k() -> None:
+    _, k, _ = _capacity()
+    table = run_cli("compute", "-m", "thre-sigmoid", "--k-column", "capacity", CAPACITY)
+    assert table.code == 0
+    assert "k per row (1 to 3, column 'capacity')" in table.out
+    assert "row 0 (The), k=1" in table.out and "row 5 (mat), k=3" in table.out
+    csv_out = run_cli("compute", "-m", "thre-sigmoid", "--k-column", "capacity", "--format", "csv", CAPACITY)
+    assert csv_out.code == 0
+    header, *lines = csv_out.out.splitlines()
+    assert header.split(",")[-1] == "k"
+    ks = {int(line.split(",")[0]): float(line.split(",")[-1]) for line in lines}
+    assert ks == {row: float(v) for row, v in enumerate(k)}
+
+
+def test_uniform_k_column_renders_exactly_as_k(tmp_path) -> None:
+    path = tmp_path / "uniform.csv"
+    path.write_text("token,a,b,c,kk\nx,1.5,2,3,2\ny,3,1,0.5,2\n")
+    same = tmp_path / "same.csv"
+    same.write_text("token,a,b,c\nx,1.5,2,3\ny,3,1,0.5\n")
+    for fmt in ("table", "csv", "json"):
+        by_column = run_cli("compute", "-m", "thre-laplace", "--k-column", "kk", "--format", fmt, path)
+        by_k = run_cli("compute", "-m", "thre-laplace", "-k", "2", "--format", fmt, same)
+        assert by_column.code == by_k.code == 0
+        assert by_column.out.replace("uniform.csv", "same.csv") == by_k.out, fmt
+
+
+@pytest.mark.parametrize(
+    ("content", "column", "expected"),
+    [
+        ("t,a,b,c,kk\nx,1,2,3,1\ny,1,2,3,abc\n", "kk", "line 3, column 'kk': --k-column 'kk': 'abc' is not a number"),
+        ("t,a,b,c,kk\nx,1,2,3,1\ny,1,2,3,\n", "kk", "line 3, column 'kk': --k-column 'kk': empty or missing k"),
+        ("t,a,b,c,kk\nx,1,2,3,1\ny,1,2,3,4\n", "kk", "line 3, column 'kk': k = '4' is out of range: each row's k must satisfy 0 < k <= 3"),
+        ("t,a,b,c,kk\nx,1,-inf,3,3\ny,1,2,3,1\n", "kk", "line 2, column 'kk': k = '3' is out of range: each row's k must satisfy 0 < k <= 2"),
+        ("t,a,b,c,kk\nx,1,2,3,0\n", "kk", "k = '0' is out of range"),
+        ("t,a,b,c,kk\nx,1,2,3,1\n", "cap", "--k-column: no column 'cap'; columns: 't', 'a', 'b', 'c', 'kk'"),
+        ("a,kk\n1,1\n2,1\n", "kk", "--k-column needs a batch"),
+    ],
+)
+def test_k_column_errors_name_file_row_column_and_value(tmp_path, content, column, expected) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    r = run_cli("compute", "-m", "thre-laplace", "--k-column", column, path)
+    assert r.code == 2
+    assert r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert r.err.startswith(f"softtopk: error: {path}: ") and expected in r.err, r.err
+
+
+def test_k_column_from_json_records(tmp_path) -> None:
+    records = [{"a": 0.5, "b": 2.0, "c": 1.5, "cap": 1}, {"a": 3.0, "b": 2.5, "c": 0.25, "cap": 2}]
+    path = tmp_path / "records.json"
+    path.write_text(json.dumps(records))
+    r = run_cli("compute", "-m", "thre-laplace", "--k-column", "cap", "--format", "json", path)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["k"] == [1, 2] and doc["labels"] == ["a", "b", "c"]
+    x = np.array([[0.5, 2.0, 1.5], [3.0, 2.5, 0.25]])
+    for row, k in enumerate((1, 2)):
+        np.testing.assert_allclose(doc["results"][0]["weights"][row], st.soft_topk(x[row], k, method="thre-laplace"),
+                                   rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["-k", "2", "--k-column", "capacity", CAPACITY], "give -k K or --k-column NAME, not both"),
+        (["--k-column", "capacity", "--values", "3,2,1"], "--k-column reads a column of an input file"),
+        (["--k-column", "x", ROUTER.with_suffix(".json")], "has no named columns"),
+        (["--k-column", "capacity", "--axis", "columns", CAPACITY], "--k-column gives one k per row"),
+        ([CAPACITY], "Missing option '-k'"),
+    ],
+)
+def test_k_column_refusals_are_one_line(args, expected) -> None:
+    r = run_cli("compute", "-m", "thre-laplace", *args)
+    assert r.code == 2 and expected in r.err and r.err.count("\n") == 1, r.err
+
+
+def test_bench_takes_a_k_column() -> None:
+    _, k, _ = _capacity()
+    r = run_cli("bench", "-m", "thre-laplace", "--k-column", "capacity", "--repeats", "1", "--no-memory",
+                "--format", "json", CAPACITY)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["k"] == [int(v) for v in k] and doc["n"] == 8 and doc["batch"] == 6
+    assert [res["status"] for res in doc["results"]] == ["ok"]
+
+
+# ---- --axis columns -----------------------------------------------------------------------
+
+
+def test_axis_columns_equals_the_transposed_file(tmp_path) -> None:
+    lines = [line.split(",") for line in ROUTER.read_text().splitlines()]
+    transposed = tmp_path / "by_expert.csv"
+    transposed.write_text("\n".join(",".join(col) for col in zip(*lines, strict=True)) + "\n")
+    by_axis = run_cli("compute", "-m", "thre-laplace", "-m", "grad", "-k", "2", "--axis", "columns",
+                      "--format", "json", ROUTER)
+    by_file = run_cli("compute", "-m", "thre-laplace", "-m", "grad", "-k", "2", "--format", "json", transposed)
+    assert by_axis.code == by_file.code == 0, by_axis.err
+    a, b = json.loads(by_axis.out), json.loads(by_file.out)
+    assert a["rows"] == 8 and a["n"] == 6
+    assert a["labels"] == ["The", "cat", "sat", "on", "the", "mat"]  # row names label the entries
+    assert a["row_names"] == [f"expert_{i}" for i in range(8)]  # column names name the vectors
+    for key in ("labels", "row_names", "hard", "results"):
+        assert a[key] == b[key], key
+    assert "--axis columns: read 8 vectors (one per column) of 6 entries" in by_axis.err
+
+
+def test_axis_refusals() -> None:
+    r = run_cli("compute", "-k", "1", "--axis", "diagonal", ROUTER)
+    assert r.code == 2 and "--axis must be rows or columns, got 'diagonal'" in r.err
+    r = run_cli("compute", "-k", "1", "--axis", "columns", SCORES)
+    assert r.code == 2 and "--axis columns reads each column of a batch" in r.err and r.err.count("\n") == 1
+
+
+# ---- real -k -------------------------------------------------------------------------------
+
+
+def test_non_integer_k_with_an_integer_only_method_is_a_usage_error() -> None:
+    name = _integer_only()
+    takers = [m for m, spec in METHODS.items() if not spec.capabilities.integer_k]
+    for command in (["compute", "--values", "3,2,1,0"], ["temperature-sweep", "--values", "3,2,1,0"],
+                    ["bench", "-B", "2", "-n", "4"], ["verify-properties", "--values", "3,2,1,0"]):
+        r = run_cli(*command, "-m", name, "-k", "2.5")
+        assert r.code == 2, (command, r.err)
+        assert r.err.count("\n") == 1 and "Traceback" not in r.err
+        assert f"-k 2.5 is not an integer, and {name} takes an integer k only" in r.err
+        assert f"methods that accept a real k: {', '.join(takers) if takers else 'none'}" in r.err
+
+
+def test_k_column_with_a_real_k_and_an_integer_only_method_names_the_row(tmp_path) -> None:
+    path = tmp_path / "real.csv"
+    path.write_text("t,a,b,c,kk\nx,1,2,3,1\ny,1,2,3,1.5\n")
+    r = run_cli("compute", "-m", _integer_only(), "--k-column", "kk", path)
+    assert r.code == 2 and r.err.splitlines()[-1].startswith("softtopk: error: k = 1.5 (--k-column 'kk',")
+    assert "row 1, 0-based" in r.err
+
+
+def test_integer_valued_real_k_is_an_integer() -> None:
+    a = run_cli("compute", "-m", "grad", "-k", "2.0", "--format", "json", "--values", "3,2,1,0")
+    b = run_cli("compute", "-m", "grad", "-k", "2", "--format", "json", "--values", "3,2,1,0")
+    assert a.code == b.code == 0 and a.out == b.out and json.loads(a.out)["k"] == 2
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf"])
+def test_k_must_be_a_finite_number(value: str) -> None:
+    r = run_cli("compute", "-k", value, "--values", "3,2,1")
+    assert r.code == 2 and r.err.count("\n") == 1 and "-k must be a" in r.err
+
+
+def test_real_k_compute_equals_the_api() -> None:
+    name = _real_k_method()
+    r = run_cli("compute", "-m", name, "-k", "2.5", "--format", "json", "--values", "3,2,1,0,-1")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["k"] == 2.5
+    expected = st.soft_topk(np.array([3.0, 2, 1, 0, -1]), 2.5, method=name)
+    np.testing.assert_allclose(doc["results"][0]["weights"][0], expected, rtol=0, atol=1e-15)
+
+
+def test_real_k_with_all_methods_skips_the_integer_only_ones() -> None:
+    _real_k_method()
+    r = run_cli("compute", "-m", "all", "-k", "2.5", "--format", "json", "--values", "3,2,1,0,-1")
+    assert r.code == 0, r.err
+    ran = [res["method"] for res in json.loads(r.out)["results"]]
+    assert ran == [m for m, spec in METHODS.items() if not spec.capabilities.integer_k]
+    skipped = [m for m, spec in METHODS.items() if spec.capabilities.integer_k]
+    assert f"skipped {', '.join(skipped)}" in r.err
+
+
+def test_real_k_on_every_command() -> None:
+    name = _real_k_method()
+    for command in (["temperature-sweep", "--values", "3,2,1,0", "--taus", "0.1,1"],
+                    ["bench", "-B", "4", "-n", "8", "--repeats", "1", "--no-memory"],
+                    ["verify-properties", "--values", "3,2,1,0", "--trials", "1"]):
+        r = run_cli(*command, "-m", name, "-k", "2.5", "--format", "json")
+        assert r.code in (0, 1), (command, r.err)
+        assert json.loads(r.out)
