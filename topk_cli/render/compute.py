@@ -416,6 +416,7 @@ def methods_document() -> dict[str, Any]:
                 "notes": spec.notes,
                 "evaluation": spec.capabilities.evaluation.value,
                 "jacobian_available": spec.capabilities.jacobian,
+                "integer_k": spec.capabilities.integer_k,
                 "potential": spec.capabilities.potential is not None,
                 "aliases": [{"name": a.name, "reference": a.reference} for a in spec.aliases],
                 "parameters": [
