@@ -252,7 +252,7 @@ def test_no_bad_option_value_gets_pydantic_wording(tmp_path: Path, monkeypatch: 
     assert checked >= 100
     code, _, err = run_cli("compute", "-k", "abc", "--values", "3,2,1")
     assert code == 2
-    _one_line_error(err, "-k must be an integer, got 'abc'")
+    _one_line_error(err, "-k must be a number, got 'abc'")
     code, _, err = run_cli("compute", "-k", "2", "--tau", "x", "--values", "3,2,1")
     _one_line_error(err, "--tau must be a number, got 'x'")
     code, _, err = run_cli("compute", "-k", "2", "--format", "xml", "--values", "3,2,1")
