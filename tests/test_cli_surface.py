@@ -35,7 +35,10 @@ def _options(command: Any) -> dict[str, Any]:
 
 
 def _needs_k(command: Any) -> list[str]:
-    return ["-k", "2"] if any(p.required and "-k" in p.opts for p in command.params) else []
+    """``-k 2`` for a command that needs a k: -k required, or -k or --k-column (one of them)."""
+    needed = any(p.required and "-k" in p.opts for p in command.params) or any(
+        "--k-column" in p.opts for p in command.params)
+    return ["-k", "2"] if needed else []
 
 
 def _needs_input(command: Any) -> list[str]:

@@ -846,7 +846,7 @@ def verify_properties_command(
 )
 @boundary
 def temperature_sweep_command(
-    k: KOpt = None,
+    k: KOpt,
     input: InputArg = None,
     method: MethodOpt = None,
     values: ValuesOpt = None,
