@@ -41,7 +41,7 @@ import signal  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from enum import Enum  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar, cast  # noqa: E402
 
 import typer  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
@@ -731,7 +731,7 @@ def compute(
     params = check_method_params(names, method_params or {})
     reports = [
         build_compute_report(
-            d, k=k_given if k_given is not None else d.row_k, methods=names, tau=tau, with_jacobian=with_jacobian,
+            d, k=k_given if k_given is not None else cast(Any, d.row_k), methods=names, tau=tau, with_jacobian=with_jacobian,
             with_sum=with_sum, params=params, hardness=hardness,
         )
         for d in loaded
@@ -824,7 +824,7 @@ def verify_properties_command(
         vectors = np.concatenate([d.values for d in loaded])
     with ProgressReporter("verify-properties", enabled=stderr_is_terminal()) as progress:
         report = verify_properties(
-            names, vectors, k_given, tau=tau, trials=trials, seed=seed, progress=progress, jobs=resolve_jobs(jobs)
+            names, vectors, cast(Any, k_given), tau=tau, trials=trials, seed=seed, progress=progress, jobs=resolve_jobs(jobs)
         )
     write_text(render_properties(report, fmt, color=color_enabled() and output is None, k=k_given), output)
     if strict and report.claim_failures:

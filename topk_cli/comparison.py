@@ -118,6 +118,11 @@ def build_compute_report(
     x = data.values
     rows, n = x.shape
     k = uniform_k(k)
+    if hardness is not None and isinstance(k, np.ndarray):
+        raise InvalidArgumentError(
+            "--hardness sets one tau per method from the mean top-k mass, which is defined for one k shared by "
+            "every row; with a k per row (--k-column) give --tau"
+        )
     check_tau(tau, name="--tau")
     if not isinstance(k, np.ndarray):
         if isinstance(k, float):  # a real k: 0 < k <= n (the method's own rule is checked by the API)
@@ -153,7 +158,10 @@ def build_compute_report(
     for spec in specs:
         name = spec.name
         own: dict[str, Any] = {key: value for key, value in given.items() if key in {p.name for p in spec.parameters}}
-        match = tau_for_hardness(x, k, name, hardness, **own) if hardness is not None else None
+        match = None
+        if hardness is not None:
+            assert not isinstance(k, np.ndarray)  # refused above
+            match = tau_for_hardness(x, k, name, hardness, **own)
         run_tau = tau if match is None or match.status == "constant" else match.tau
         if run_tau is None:  # cannot reach --hardness: nothing to compute
             runs.append(
@@ -177,7 +185,7 @@ def build_compute_report(
             if total.potential is not None:
                 potential = np.asarray(total.potential, dtype=np.float64).reshape(rows)
         outlook = None
-        if spec.stability is not None and not isinstance(k, np.ndarray):  # the model takes one k
+        if spec.stability is not None and isinstance(k, int):  # the model takes one integer k
             with np.errstate(all="ignore"):
                 outlook = spec.stability.outlook(scaled_scores(x, k, tau=run_tau), k, None)
         runs.append(

@@ -18,9 +18,8 @@ Pure measurement: no printing, no files, randomness only through an explicit gen
 
 from __future__ import annotations
 
-import math
-
 import dataclasses
+import math
 import statistics
 import time
 import tracemalloc
@@ -244,7 +243,7 @@ def bench(
     batch, n = x.shape
     evaluate(x[:1], k[:1] if isinstance(k, np.ndarray) else k, methods[0], tau=tau)  # validates k, tau, values
     # np.partition at the largest k (a real k reaches into its ceiling's entry)
-    base = numpy_baselines(x, int(math.ceil(float(np.max(k)))), repeats=repeats, min_time=min_time)
+    base = numpy_baselines(x, math.ceil(float(np.max(k))), repeats=repeats, min_time=min_time)
     v = np.random.default_rng(0 if seed is None else seed).standard_normal(x.shape).astype(x.dtype)
     results = []
     for i, name in enumerate(methods):

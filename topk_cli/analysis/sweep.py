@@ -348,7 +348,7 @@ def temperature_sweep(
         raise InvalidArgumentError("x must not contain NaN or +inf (use -inf to mask an entry)")
     n_finite = int(np.isfinite(batch).sum(axis=-1).min())
     k_real = isinstance(k, (float, np.floating)) and not float(k).is_integer()
-    k = check_real_k(k, n_finite) if k_real else check_k(k, n_finite)  # type: ignore[assignment]
+    k = check_real_k(k, n_finite) if k_real else check_k(k, n_finite)
     grid = parse_taus(taus) if isinstance(taus, str) else tuple(float(t) for t in taus)
     for t in grid:
         check_tau(t)
