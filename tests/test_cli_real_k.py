@@ -241,3 +241,54 @@ def test_real_k_on_every_command() -> None:
         r = run_cli(*command, "-m", name, "-k", "2.5", "--format", "json")
         assert r.code in (0, 1), (command, r.err)
         assert json.loads(r.out)
+
+
+def test_stability_probe_reads_real_k_values() -> None:
+    name = _integer_only()
+    r = run_cli("stability-probe", "-m", name, "-n", "10", "-k", "1,1.5", "--trials", "2", "--scales", "1")
+    assert r.code == 2 and r.err.count("\n") == 1
+    assert f"-k 1.5 is not an integer, and {name} takes an integer k only" in r.err
+    r = run_cli("stability-probe", "-m", name, "-n", "10", "-k", "2.0", "--trials", "2", "--scales", "1", "--format", "json")
+    assert r.code == 0, r.err
+    assert {cell["k"] for cell in json.loads(r.out)["results"]} == {2}
+    r = run_cli("stability-probe", "-m", name, "-n", "10", "-k", "-1.5", "--trials", "2", "--scales", "1")
+    assert r.code == 2 and "k must be a number > 0" in r.err
+
+
+def test_real_k_stability_probe_runs_the_methods_that_take_it() -> None:
+    name = _real_k_method()
+    r = run_cli("stability-probe", "-n", "10", "-k", "2.5", "--trials", "2", "--scales", "1", "--format", "json",
+                "--jobs", "1")
+    assert r.code in (0, 1), r.err
+    ran = {cell["method"] for cell in json.loads(r.out)["results"]}
+    assert name in ran and not ran & {m for m, spec in METHODS.items() if spec.capabilities.integer_k}
+    assert "skipped" in r.err
+
+
+def test_hardness_with_a_k_per_row_is_refused() -> None:
+    r = run_cli("compute", "-m", "thre-laplace", "--hardness", "0.8", "--k-column", "capacity", CAPACITY)
+    assert r.code == 2 and r.err.splitlines()[-1].startswith("softtopk: error: --hardness sets one tau per method")
+
+
+def test_top_k_mass_of_a_real_k_is_one_at_the_hard_selection() -> None:
+    from topk_cli.analysis.hardness import mean_topk_mass, selection_norm, uniform_mass
+    from topk_cli.operators.hard import hard_topk_weights
+
+    x = np.array([[3.0, 2.0, 1.0, 0.0, -1.0], [0.5, 4.0, -2.0, 1.0, 3.0]])
+    for k in (0.5, 1.5, 2.5, 3.75):
+        h = hard_topk_weights(x, k)
+        assert mean_topk_mass(h, h, k) == pytest.approx(1.0, abs=1e-15)
+        assert selection_norm(k) == pytest.approx(float(np.sum(h[0] ** 2)), abs=1e-15)
+        uniform = np.full_like(x, k / x.shape[1])
+        assert uniform_mass(x, k) == pytest.approx(mean_topk_mass(h, uniform, k), abs=1e-15)
+    # an integer k: exactly the integer formula, bit for bit
+    rng = np.random.default_rng(0)
+    p = rng.random(x.shape)
+    h = hard_topk_weights(x, 2)
+    assert mean_topk_mass(h, p, 2) == float(np.mean(np.sum(h * p, axis=-1)) / 2)
+    assert mean_topk_mass(h, p, 2.0) == float(np.mean(np.sum(h * p, axis=-1)) / 2)
+
+
+def test_a_negative_real_k_is_out_of_range_not_a_method_question() -> None:
+    r = run_cli("compute", "-m", "grad", "-k", "-1.5", "--values", "3,2,1")
+    assert r.code == 2 and "-k must satisfy 0 < k <= n for a real k, got -1.5" in r.err and r.err.count("\n") == 1

@@ -577,7 +577,11 @@ def k_number(k: float, option: str = "-k") -> int | float:
     value = float(k)
     if not math.isfinite(value):
         raise InvalidArgumentError(f"{option} must be a finite number, got {k!r}")
-    return int(value) if value.is_integer() else value
+    if value.is_integer():
+        return int(value)  # its range (1 <= k <= n) is checked with the input
+    if value <= 0:
+        raise InvalidArgumentError(f"{option} must satisfy 0 < k <= n for a real k, got {value:g}")
+    return value
 
 
 def all_requested(method: list[str] | None, *, default: list[str]) -> bool:
@@ -628,6 +632,15 @@ def non_integer_k(k: int | float | None, loaded: Sequence[LoadedInput] = ()) -> 
             r = int(np.argmax(frac))
             return f"k = {data.row_k[r]:g} (--k-column {data.k_column!r}, {data.source} row {r}, 0-based)"
     return None
+
+
+def _non_integer_number(text: str) -> bool:
+    """``text`` is a finite number that is not an integer (``2.5``); anything else is checked later."""
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value > 0 and not value.is_integer()
 
 
 def one_k(k: float | None, k_column: str | None, *, required: bool = True) -> int | float | None:
@@ -923,7 +936,8 @@ def temperature_sweep_command(
         "\b\nExamples:\n"
         "  softtopk stability-probe\n"
         "  softtopk stability-probe -m grad-recursive -n 100 -k 2,10,0.5n --scales 0.1:100:7 --trials 50\n"
-        "  softtopk stability-probe -m all --dist student-t --offset 1e6 --format json --strict"
+        "  softtopk stability-probe -m all --dist student-t --offset 1e6 --format json --strict\n"
+        "  softtopk stability-probe -m thre-sigmoid -n 10,100 -k 1.5,2.5 --trials 5"
     ),
 )
 @boundary
@@ -931,7 +945,9 @@ def stability_probe_command(
     method: MethodOpt = None,
     n: Annotated[str, typer.Option("-n", help="Vector lengths, comma-separated.")] = "10,100,1000",
     k: Annotated[
-        str, typer.Option("-k", help="k values, comma-separated; '0.1n' is a fraction of n; k > n is skipped.")
+        str,
+        typer.Option("-k", help="k values, comma-separated; '0.1n' is a fraction of n; k > n is skipped; a real "
+                     "k (2.5) runs the methods that take one (by default the others are skipped, named on stderr)."),
     ] = "1,2,5,10,50",
     scales: Annotated[
         str, typer.Option("--scales", help="Spreads (std of x): LO:HI:COUNT log-spaced, ends included, or a,b,c.")
@@ -966,6 +982,8 @@ def stability_probe_command(
         raise InvalidArgumentError(f"-n must be positive integers separated by commas, got {n!r}") from None
     ks = [part.strip() for part in k.split(",") if part.strip()]
     names = resolve_methods(method, default=list(DEFAULT_METHODS))
+    real = next((part for part in ks if not part.lower().endswith("n") and _non_integer_number(part)), None)
+    names = methods_for_k(names, None if real is None else f"-k {real}", asked_all=all_requested(method, default=["all"]))
     with ProgressReporter("stability-probe", enabled=stderr_is_terminal()) as progress:
         report = stability_probe(
             methods=names, ns=ns, ks=ks, scales=parse_scales(scales), dist=dist, offset=offset,
