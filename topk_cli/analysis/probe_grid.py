@@ -149,11 +149,11 @@ def probe_memory(names: Sequence[str], n: int, kmax: int, trials: int) -> int:
     return total
 
 
-def _check_memory(names: Sequence[str], grid: Mapping[int, Sequence[int]], trials: int) -> None:
+def _check_memory(names: Sequence[str], grid: Mapping[int, Sequence[int | float]], trials: int) -> None:
     for n, ks in grid.items():
         if not ks:
             continue
-        need = probe_memory(names, n, max(ks), trials)
+        need = probe_memory(names, n, math.ceil(max(ks)), trials)
         if need > MAX_PROBE_BYTES:
             raise InvalidArgumentError(
                 f"the grid is too large: n={n}, k up to {max(ks)} and {trials} trials need about "
