@@ -29,10 +29,10 @@ Axis convention: the last axis holds the ``n`` scores; leading axes are a batch.
 from __future__ import annotations
 
 import math
-from typing import cast
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
