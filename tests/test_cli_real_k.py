@@ -265,9 +265,20 @@ def test_real_k_stability_probe_runs_the_methods_that_take_it() -> None:
     assert "skipped" in r.err
 
 
-def test_hardness_with_a_k_per_row_is_refused() -> None:
-    r = run_cli("compute", "-m", "thre-laplace", "--hardness", "0.8", "--k-column", "capacity", CAPACITY)
-    assert r.code == 2 and r.err.splitlines()[-1].startswith("softtopk: error: --hardness sets one tau per method")
+def test_hardness_with_a_k_per_row_divides_each_row_by_its_own_k() -> None:
+    from topk_cli.operators.hard import hard_topk_weights
+
+    x, k, _ = _capacity()
+    r = run_cli("compute", "-m", "thre-laplace", "-m", "grad", "--hardness", "0.8", "--k-column", "capacity",
+                "--format", "json", CAPACITY)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    h = np.stack([hard_topk_weights(x[row], k[row]) for row in range(len(k))])
+    for result in doc["results"]:
+        assert result["hardness_status"] == "ok"
+        p = st.soft_topk(x, k, method=result["method"], tau=result["tau"])
+        mass = float(np.mean(np.sum(h * p, axis=-1) / k))  # integer capacities: each row over its k
+        assert mass == pytest.approx(0.8, abs=1e-8) and result["topk_mass"] == pytest.approx(mass, abs=1e-12)
 
 
 def test_top_k_mass_of_a_real_k_is_one_at_the_hard_selection() -> None:
@@ -292,3 +303,35 @@ def test_top_k_mass_of_a_real_k_is_one_at_the_hard_selection() -> None:
 def test_a_negative_real_k_is_out_of_range_not_a_method_question() -> None:
     r = run_cli("compute", "-m", "grad", "-k", "-1.5", "--values", "3,2,1")
     assert r.code == 2 and "-k must satisfy 0 < k <= n for a real k, got -1.5" in r.err and r.err.count("\n") == 1
+
+
+def test_temperature_sweep_k_column_measures_each_row_at_its_own_k() -> None:
+    from topk_cli.operators.hard import hard_topk_weights
+
+    x, k, _ = _capacity()
+    r = run_cli("temperature-sweep", "-m", "thre-laplace", "--k-column", "capacity", "--taus", "0.5,2",
+                "--format", "json", CAPACITY)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["k"] == [int(v) for v in k]
+    points = [p for p in doc["results"] if p["method"] == "thre-laplace"]
+    assert [p["tau"] for p in points] == [0.5, 2.0]
+    for point in points:
+        masses = []
+        for row in range(len(k)):
+            p = st.soft_topk(x[row], k[row], method="thre-laplace", tau=point["tau"])
+            masses.append(float(np.sum(hard_topk_weights(x[row], k[row]) * p)) / k[row])
+        assert point["topk_mass"] == pytest.approx(float(np.mean(masses)), abs=1e-12)
+    one = run_cli("temperature-sweep", "-m", "thre-laplace", "--k-column", "capacity", "--row", "5", "--taus", "1",
+                  "--format", "json", CAPACITY)
+    assert one.code == 0 and json.loads(one.out)["k"] == 3
+
+
+def test_bench_reads_by_column() -> None:
+    r = run_cli("bench", "-m", "thre-laplace", "-k", "2", "--axis", "columns", "--repeats", "1", "--no-memory",
+                "--format", "json", ROUTER)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert (doc["batch"], doc["n"], doc["k"]) == (8, 6, 2)
+    r = run_cli("bench", "-m", "thre-laplace", "-k", "2", "--axis", "columns", "-B", "3", "-n", "4")
+    assert r.code == 2 and "--axis columns reads the columns of INPUT" in r.err

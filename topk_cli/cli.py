@@ -854,12 +854,13 @@ def verify_properties_command(
         "  softtopk temperature-sweep -k 2\n"
         "  softtopk temperature-sweep -k 2 -m all --taus 1e-3:1e3:13 --match 0.9 sample_inputs/scores.csv\n"
         "  softtopk temperature-sweep -k 2 --values 3,2,1,0 --taus 0.01,0.1,1 --format json --plot sweep.png\n"
-        "  softtopk temperature-sweep -k 2.5 -m thre-sigmoid,thre-laplace --values 3,2,1,0"
+        "  softtopk temperature-sweep -k 2.5 -m thre-sigmoid,thre-laplace --values 3,2,1,0\n"
+        "  softtopk temperature-sweep -m thre-laplace --k-column capacity sample_inputs/router_capacity.csv"
     ),
 )
 @boundary
 def temperature_sweep_command(
-    k: KOpt,
+    k: KOpt = None,
     input: InputArg = None,
     method: MethodOpt = None,
     values: ValuesOpt = None,
@@ -870,6 +871,7 @@ def temperature_sweep_command(
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
     header: HeaderOpt = None,
+    k_column: KColumnOpt = None,
     row: Annotated[
         Optional[int],
         typer.Option("--row", help="Sweep only this row of a batch (0-based); default: every row, aggregated.", show_default=False),
@@ -892,22 +894,32 @@ def temperature_sweep_command(
     Without INPUT or --values the vector 3,2,1.5,1,0,-1 is swept. A batch is swept as a whole (the
     mean over rows of each measurement, as --hardness defines hardness) unless --row picks one row.
     """
+    import dataclasses
+
     from topk_cli.analysis.sweep import DEFAULT_SWEEP_VECTOR, parse_taus, temperature_sweep
     from topk_cli.errors import InvalidArgumentError
     from topk_cli.render.common import ProgressReporter
     from topk_cli.render.sweep import render_plot_png, render_sweep
 
-    k_given = one_k(k, None)
-    assert k_given is not None
-    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given),
-                          asked_all=all_requested(method, default=["all"]))
+    k_given = one_k(k, k_column)
+    asked_all = all_requested(method, default=["all"])
+    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given), asked_all=asked_all)
+    sweep_k: Any = k_given
     grid = parse_taus(taus)
     if input is None and values is None:
+        if k_column is not None:
+            raise InputError("--k-column reads a column of INPUT; the default vector has none")
         if row is not None and row != 0:
             raise InvalidArgumentError(f"--row selects a row of INPUT or --values; the default vector has only row 0, got {row}")
         x = list(DEFAULT_SWEEP_VECTOR)
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header), "temperature-sweep")
+        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header,
+                              k_column=k_column)
+        data = one_input(loaded, "temperature-sweep")
+        if data.row_k is not None:  # --k-column: each row's own k (one row's under --row)
+            ks = data.row_k if row is None or not 0 <= row < data.row_k.size else data.row_k[row : row + 1]
+            names = methods_for_k(names, non_integer_k(None, [dataclasses.replace(data, row_k=ks)]), asked_all=asked_all)
+            sweep_k = ks if row is None else float(ks[0])
         rows = data.values.shape[0]
         if row is None:
             x = data.values.tolist() if rows > 1 else data.values[0].tolist()
@@ -922,7 +934,7 @@ def temperature_sweep_command(
         else:
             x = data.values[row].tolist()
     with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
-        result = temperature_sweep(x, k_given, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
+        result = temperature_sweep(x, sweep_k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
     png = render_plot_png(result, plot_format(plot)) if plot is not None else None
     write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:

@@ -118,11 +118,6 @@ def build_compute_report(
     x = data.values
     rows, n = x.shape
     k = uniform_k(k)
-    if hardness is not None and isinstance(k, np.ndarray):
-        raise InvalidArgumentError(
-            "--hardness sets one tau per method from the mean top-k mass, which is defined for one k shared by "
-            "every row; with a k per row (--k-column) give --tau"
-        )
     check_tau(tau, name="--tau")
     if not isinstance(k, np.ndarray):
         if isinstance(k, float):  # a real k: 0 < k <= n (the method's own rule is checked by the API)
@@ -158,10 +153,7 @@ def build_compute_report(
     for spec in specs:
         name = spec.name
         own: dict[str, Any] = {key: value for key, value in given.items() if key in {p.name for p in spec.parameters}}
-        match = None
-        if hardness is not None:
-            assert not isinstance(k, np.ndarray)  # refused above
-            match = tau_for_hardness(x, k, name, hardness, **own)
+        match = tau_for_hardness(x, k, name, hardness, **own) if hardness is not None else None
         run_tau = tau if match is None or match.status == "constant" else match.tau
         if run_tau is None:  # cannot reach --hardness: nothing to compute
             runs.append(

@@ -123,29 +123,33 @@ class _MassCurve:
         if not ok.any():
             return _Point(tau, None, refused)
         p = np.asarray(r.weights, dtype=np.float64).reshape(self.hard.shape)[ok]
-        return _Point(tau, mean_topk_mass(self.hard[ok], p, self.k), refused)
+        k = self.k[ok] if isinstance(self.k, np.ndarray) else self.k
+        return _Point(tau, mean_topk_mass(self.hard[ok], p, k), refused)
 
 
-def selection_norm(k: float) -> float:
-    """``sum_i h_i^2`` of the hard selection of an untied row: ``floor(k) + (k - floor(k))^2`` (k at an integer k)."""
-    whole = math.floor(k)
-    return whole + (k - whole) ** 2
+def selection_norm(k: Any) -> Any:
+    """``sum_i h_i^2`` of the hard selection of an untied row: ``floor(k) + (k - floor(k))^2`` (k at an
+    integer k); elementwise for an array of k (one per row)."""
+    whole = np.floor(k)
+    norm = whole + (k - whole) ** 2
+    return norm if isinstance(k, np.ndarray) else float(norm)
 
 
-def mean_topk_mass(hard: FloatArray, p: FloatArray, k: float) -> float:
+def mean_topk_mass(hard: FloatArray, p: FloatArray, k: Any) -> float:
     """Mean over the rows of ``sum_i h_i p_i``, divided by :func:`selection_norm` (by ``k`` for an
-    integer k, bit for bit the integer formula): the top-k mass of the module docstring."""
+    integer k, bit for bit the integer formula): the top-k mass of the module docstring. ``k`` is
+    one k, or one per row of ``hard`` (each row divided by its own)."""
+    if isinstance(k, np.ndarray):
+        return float(np.mean(np.sum(hard * p, axis=-1) / selection_norm(np.asarray(k, dtype=np.float64))))
     total = np.mean(np.sum(hard * p, axis=-1))
     if isinstance(k, (int, np.integer)) or float(k).is_integer():
         return float(total / int(k))
     return float(total / selection_norm(float(k)))
 
 
-def _batch(x: ArrayLike, k: float) -> tuple[FloatArray, Any, FloatArray]:
-    """``x`` as a ``(B, n)`` float64 batch, ``k`` (an int, or a float for a real k), and the hard
-    top-k (validates all; a k per row is refused: the mass is defined for one k)."""
-    if isinstance(k, np.ndarray) or isinstance(k, (list, tuple)):
-        raise InvalidArgumentError("the top-k mass (hardness) is defined for one k shared by every row; give one k")
+def _batch(x: ArrayLike, k: Any) -> tuple[FloatArray, Any, FloatArray]:
+    """``x`` as a ``(B, n)`` float64 batch, ``k`` (an int, a float for a real k, or a ``(B,)``
+    float64 array: one k per row), and the hard top-k (validates all)."""
     try:
         arr = np.array(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -154,14 +158,21 @@ def _batch(x: ArrayLike, k: float) -> tuple[FloatArray, Any, FloatArray]:
         raise InvalidArgumentError("x must have at least one axis (a vector), got a scalar")
     hard = np.asarray(soft_topk(arr, k, BASELINE_METHOD), dtype=np.float64)  # validates x and k
     n = arr.shape[-1]
-    k_out: Any = int(k) if float(k).is_integer() else float(k)
+    if isinstance(k, (np.ndarray, list, tuple)):
+        rows = arr.reshape(-1, n).shape[0]
+        k_out: Any = np.broadcast_to(np.asarray(k, dtype=np.float64), arr.shape[:-1]).reshape(rows).copy()
+    else:
+        k_out = int(k) if float(k).is_integer() else float(k)
     return arr.reshape(-1, n), k_out, hard.reshape(-1, n)
 
 
-def uniform_mass(x: FloatArray, k: float) -> float:
+def uniform_mass(x: FloatArray, k: Any) -> float:
     """Mean top-k mass of uniform weights over the unmasked entries: ``mean(k / n_row)`` (times
-    ``k / selection_norm(k)`` for a real k, since the hard selection sums to k)."""
+    ``k / selection_norm(k)`` for a real k, since the hard selection sums to k); ``k`` may hold one
+    k per row."""
     base = k / np.isfinite(x).sum(axis=-1)
+    if isinstance(k, np.ndarray):
+        return float(np.mean(base * (k / selection_norm(k))))
     if isinstance(k, (int, np.integer)) or float(k).is_integer():
         return float(np.mean(base))
     return float(np.mean(base * (k / selection_norm(float(k)))))
@@ -254,7 +265,7 @@ def calibrate_hardness(
 
 
 def tau_for_hardness(
-    x: ArrayLike, k: float, method: str, hardness: float, *, max_refused: float = DEFAULT_MAX_REFUSED, **params: Any
+    x: ArrayLike, k: Any, method: str, hardness: float, *, max_refused: float = DEFAULT_MAX_REFUSED, **params: Any
 ) -> HardnessMatch:
     """The largest tau at which ``method`` puts a mean share ``hardness`` of its mass on the true top-k.
 
