@@ -335,3 +335,21 @@ def test_bench_reads_by_column() -> None:
     assert (doc["batch"], doc["n"], doc["k"]) == (8, 6, 2)
     r = run_cli("bench", "-m", "thre-laplace", "-k", "2", "--axis", "columns", "-B", "3", "-n", "4")
     assert r.code == 2 and "--axis columns reads the columns of INPUT" in r.err
+
+
+def test_k_column_from_records_holding_a_list(tmp_path) -> None:
+    records = [{"token": "a", "logits": [1.0, 2.0, 3.5], "cap": 1}, {"token": "b", "logits": [0.5, 2.0, 1.0], "cap": 2}]
+    path = tmp_path / "router.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    r = run_cli("compute", "-m", "thre-laplace", "--k-column", "cap", "--format", "json", path)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["k"] == [1, 2] and doc["row_names"] == ["a", "b"] and doc["n"] == 3
+    for row, rec in enumerate(records):
+        np.testing.assert_allclose(doc["results"][0]["weights"][row],
+                                   st.soft_topk(np.array(rec["logits"]), rec["cap"], method="thre-laplace"), rtol=0, atol=1e-15)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{**records[0], "cap": 4}, records[1]]))
+    r = run_cli("compute", "-m", "thre-laplace", "--k-column", "cap", bad)
+    assert r.code == 2 and r.err.count("\n") == 1
+    assert "record [0], key 'cap': k = 4 is out of range: each row's k must satisfy 0 < k <= 3" in r.err

@@ -319,12 +319,22 @@ def _read_with_k_column(table: RawTable, name: str, *, column: str | None, index
             f"{source}: --k-column {name!r} gives one k per row, but besides it the table is read as one vector "
             f"of {loaded.values.shape[1]} entries; --k-column needs a batch (several score columns, one vector per row)"
         )
+    return with_row_k(loaded, k, name, lambda r: table.place(r, pos), lambda r: _k_text(table, r, pos, float(k[r])))
+
+
+def with_row_k(
+    loaded: LoadedInput, k: NDArray[np.float64], name: str, place: Callable[[int], str],
+    shown: Callable[[int], str] | None = None,
+) -> LoadedInput:
+    """``loaded`` with ``row_k = k`` read from the column (or key) ``name``, after checking each row's
+    ``0 < k <= m`` (``m`` its unmasked entries; ``place(row)`` names the cell), and a note announcing it."""
     unmasked = np.isfinite(loaded.values).sum(axis=1)
     bad = (k <= 0) | (k > unmasked)
     if bad.any():
         r = int(np.argmax(bad))
+        value = shown(r) if shown is not None else f"{float(k[r]):g}"
         raise InputError(
-            f"{source}: {table.place(r, pos)}: k = {_k_text(table, r, pos, float(k[r]))} is out of range: "
+            f"{loaded.source}: {place(r)}: k = {value} is out of range: "
             f"each row's k must satisfy 0 < k <= {int(unmasked[r])} (its unmasked entries)"
         )
     low, high = float(k.min()), float(k.max())
