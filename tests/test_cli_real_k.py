@@ -353,3 +353,17 @@ def test_k_column_from_records_holding_a_list(tmp_path) -> None:
     r = run_cli("compute", "-m", "thre-laplace", "--k-column", "cap", bad)
     assert r.code == 2 and r.err.count("\n") == 1
     assert "record [0], key 'cap': k = 4 is out of range: each row's k must satisfy 0 < k <= 3" in r.err
+
+
+def test_several_inputs_with_a_k_column(tmp_path) -> None:
+    uniform = tmp_path / "uniform.csv"
+    uniform.write_text("token,a,b,c,capacity\nx,1.5,2,3,2\ny,3,1,0.5,2\n")
+    r = run_cli("compute", "-m", "thre-laplace", "--k-column", "capacity", "--format", "csv", CAPACITY, uniform)
+    assert r.code == 0, r.err
+    header, *lines = r.out.splitlines()
+    assert header.split(",")[0] == "source" and header.split(",")[-1] == "k"
+    assert all(len(line.split(",")) == len(header.split(",")) for line in lines)
+    assert {line.split(",")[-1] for line in lines if line.startswith(str(uniform))} == {"2"}
+    r = run_cli("compute", "-m", "thre-laplace", "--k-column", "capacity", "--format", "json", CAPACITY, uniform)
+    doc = json.loads(r.out)
+    assert doc["k"] is None and doc["inputs"][0]["k"] == [1, 2, 1, 2, 2, 3] and doc["inputs"][1]["k"] == 2

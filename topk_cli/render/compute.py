@@ -506,8 +506,9 @@ def compute_failure_summary(reports: Sequence[ComputeReport]) -> str:
 def render_compute_many(reports: Sequence[ComputeReport], fmt: OutputFormat, *, color: bool = False) -> Rendered:
     """Several inputs, each labelled by its source; one input renders exactly as :func:`render_compute`.
 
-    Table: one titled section per input. CSV: a leading ``source`` column. JSON:
-    ``{"k", "tau", "inputs": [<the one-input document of each source>]}``.
+    Table: one titled section per input. CSV: a leading ``source`` column (and a ``k`` column in
+    every part when some input has a k per row). JSON: ``{"k", "tau", "inputs": [<the one-input
+    document of each source>]}``, the top-level ``"k"`` null unless every input has the same one k.
     """
     if len(reports) == 1:
         return render_compute(reports[0], fmt, color=color)
