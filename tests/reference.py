@@ -382,18 +382,21 @@ THRESHOLD_F: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
 }
 
 
-def _float_lambda(z: Sequence[Any], k: int, method: str) -> float:
+def _float_lambda(z: Sequence[Any], k: Any, method: str) -> float:
     """A float64 estimate of the threshold by bisection (a starting point only).
 
-    The sign of ``g`` is decided as ``log sum_{i not in top k} f(z_i - lambda)`` versus
-    ``log sum_{i in top k} (1 - f(z_i - lambda))`` (log-sum-exp of log-terms written without
-    ``1 - f`` cancellation or underflow), so it is right even where every ``f`` rounds to 0
-    or 1 in float64 (e.g. ``lambda`` thousands of units below the top k).
+    The sign of ``g`` is decided as ``log sum_{i not in top j} f(z_i - lambda)`` versus
+    ``log (sum_{i in top j} (1 - f(z_i - lambda)) + (k - j))``, ``j = floor(k)`` (log-sum-exp of
+    log-terms written without ``1 - f`` cancellation or underflow), so it is right even where every
+    ``f`` rounds to 0 or 1 in float64 (e.g. ``lambda`` thousands of units below the top k).
+    ``k`` may be real.
     """
     import numpy as np
 
     zf = np.sort(np.array([float(v) for v in z]))[::-1]
-    top, rest = zf[:k], zf[k:]
+    j = int(mpmath.floor(k))
+    frac = float(k - j)
+    top, rest = zf[:j], zf[j:]
     log2 = math.log(2.0)
 
     def log_f(t: np.ndarray) -> np.ndarray:
@@ -414,6 +417,8 @@ def _float_lambda(z: Sequence[Any], k: int, method: str) -> float:
         with np.errstate(divide="ignore"):  # log 0 = -inf for saturated entries is intended
             a = np.logaddexp.reduce(log_f(rest - lam))
             b = np.logaddexp.reduce(log_fc(top - lam))
+            if frac > 0:
+                b = np.logaddexp(b, math.log(frac))
         return bool(a > b)
 
     lo, hi = float(zf.min()) - 1, float(zf.max()) + 1
@@ -432,12 +437,13 @@ def _float_lambda(z: Sequence[Any], k: int, method: str) -> float:
     return 0.5 * (lo + hi)
 
 
-def threshold_lambda(z: Sequence[Any], k: int, method: str) -> Any:
-    """Root of ``sum f(z - lambda) = k`` (``k < len(z)``) at the working precision.
+def threshold_lambda(z: Sequence[Any], k: Any, method: str) -> Any:
+    """Root of ``sum f(z - lambda) = k`` (``0 < k < len(z)``, ``k`` may be real) at the working precision.
 
     ``g(lambda) = sum f(z - lambda) - k`` is continuous and non-increasing; it is evaluated as
-    ``sum_{rest} f - sum_{top k} (1 - f)`` so that its sign is right even when ``|g|`` is far
-    below the working precision's ulp of ``k``. A float64 estimate
+    ``sum_{rest} f - sum_{top j} (1 - f) - (k - j)`` with ``j = floor(k)``, so that (for an
+    integer k) its sign is right even when ``|g|`` is far below the working precision's ulp of
+    ``k``. A float64 estimate
     gives a bracket ``[lo, hi]`` with ``g(lo) > 0 >= g(hi)``, verified in mpmath (widened until
     it holds); safeguarded Newton (bisection whenever a step leaves the bracket or ``|g|``
     stalls, e.g. at the kink of ``min(1, e^t)``) shrinks it until the weights it implies are
@@ -447,11 +453,13 @@ def threshold_lambda(z: Sequence[Any], k: int, method: str) -> Any:
     f, df = THRESHOLD_F[method]
     fc = THRESHOLD_FC[method]
     ordered = sorted(z, reverse=True)
-    top, rest = ordered[:k], ordered[k:]
+    j = int(mpmath.floor(k))
+    frac = mpf(k) - j
+    top, rest = ordered[:j], ordered[j:]
 
     def g(lam: Any) -> Any:
-        # sum f - k = sum_{rest} f - sum_{top k} (1 - f): accurate even when g is e^-12000
-        return mpmath.fsum(f(v - lam) for v in rest) - mpmath.fsum(fc(v - lam) for v in top)
+        # sum f - k = sum_{rest} f - sum_{top j} (1 - f) - frac: accurate even when g is e^-12000
+        return mpmath.fsum(f(v - lam) for v in rest) - mpmath.fsum(fc(v - lam) for v in top) - frac
 
     guess = mpf(_float_lambda(z, k, method))
     width = mpf(10) ** -9 * (1 + abs(guess))
@@ -502,13 +510,17 @@ def threshold_lambda(z: Sequence[Any], k: int, method: str) -> Any:
     return lam
 
 
-def threshold(x: Sequence[Any], k: int, tau: Any = 1.0, *, method: str, dps: int = DPS) -> list[Any]:
-    """``p = f(z - lambda)`` with ``sum p = k``; all ones when ``k`` equals the unmasked count."""
+def threshold(x: Sequence[Any], k: Any, tau: Any = 1.0, *, method: str, dps: int = DPS) -> list[Any]:
+    """``p = f(z - lambda)`` with ``sum p = k`` (``k`` may be real, ``0 < k <= #unmasked``); all
+    ones when ``k`` equals the unmasked count."""
     f, _ = THRESHOLD_F[method]
     dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
-        _check_k(k, len(z))
+        if isinstance(k, int):
+            _check_k(k, len(z))
+        elif not 0 < k <= len(z):
+            raise ValueError(f"reference: k={k} with {len(z)} unmasked entries")
         if k == len(z):
             return _scatter([mpf(1)] * k, idx, n)
         lam = threshold_lambda(z, k, method)
@@ -650,3 +662,93 @@ def digits_of(values: Sequence[Any]) -> float:
     """``log10`` of the largest magnitude in ``values`` (``-inf`` for all zeros); for reports."""
     big = max((abs(float(v)) for v in values), default=0.0)
     return math.log10(big) if big > 0 else -math.inf
+
+
+# ---------------------------------------------------------------------------------------------
+# real k (one real 0 < k <= m per row): hard, ot-sinkhorn, perturbed
+
+
+def hard_real(x: Sequence[Any], k: Any, tau: Any = 1.0, *, dps: int = DPS) -> list[Any]:
+    """T_k(x) for a real k: with c = ceil(k), 1 on entries above the c-th value; the entries equal
+    to it share k - #above equally (for an integer k, :func:`hard`)."""
+    with mp.workdps(dps):
+        kk = mpf(k)
+        vals = [mpf(v) for v in x]
+        idx = [i for i, v in enumerate(vals) if v != mpmath.ninf]
+        if not 0 < kk <= len(idx):
+            raise ValueError(f"reference: k={k} with {len(idx)} unmasked entries")
+        c = int(mpmath.ceil(kk))
+        kth = sorted((vals[i] for i in idx), reverse=True)[c - 1]
+        above = sum(1 for i in idx if vals[i] > kth)
+        tied = sum(1 for i in idx if vals[i] == kth)
+        share = (kk - above) / tied
+        out = [mpf(0)] * len(vals)
+        for i in idx:
+            out[i] = mpf(1) if vals[i] > kth else (share if vals[i] == kth else mpf(0))
+        return out
+
+
+def sinkhorn_real(x: Sequence[Any], k: Any, tau: Any = 1.0, *, dps: int = 40, max_iter: int = 100_000) -> list[Any]:
+    """Converged entropic OT top-k for a real k: log-domain Sinkhorn on two anchors {0, 1} with the
+    full squared cost ``(z - y)^2 / 2``, eps = 1, masses ``1/m`` per entry and ``(m - k)/m``, ``k/m``
+    at the anchors (k exact in mpmath), iterated until ``max |m rowmass - 1| < 10^-(dps - 10)``."""
+    with mp.workdps(dps):
+        kk = mpf(k)
+        vals = [mpf(v) for v in x]
+        top = max(v for v in vals if v != mpmath.ninf)
+        z = [(v - top) / mpf(tau) if v != mpmath.ninf else mpmath.ninf for v in vals]
+        fin = [v for v in z if v != mpmath.ninf]
+        m = len(fin)
+        if kk == m:
+            return [mpf(1) if v != mpmath.ninf else mpf(0) for v in z]
+        cost = [[(v - y) ** 2 / 2 for y in (mpf(0), mpf(1))] for v in fin]
+        log_mu = -mpmath.log(m)
+        log_nu = (mpmath.log((m - kk) / m), mpmath.log(kk / m))
+        g = [mpf(0), mpf(0)]
+        target = mpf(10) ** (-(dps - 10))
+
+        def rows(g: list[Any]) -> list[Any]:
+            return [log_mu - mpmath.log(mpmath.fsum(mpmath.exp(g[j] - c[j]) for j in range(2))) for c in cost]
+
+        f = rows(g)
+        for _ in range(max_iter):
+            g = [log_nu[j] - mpmath.log(mpmath.fsum(mpmath.exp(fi - c[j]) for fi, c in zip(f, cost))) for j in range(2)]
+            f_new = rows(g)
+            err = max(abs(mpmath.expm1(a - b)) for a, b in zip(f, f_new))
+            f = f_new
+            if err < target:
+                break
+        else:
+            raise RuntimeError("reference Sinkhorn did not converge")
+        p_fin = iter([m * mpmath.exp(fi + g[1] - c[1]) for fi, c in zip(f, cost)])
+        return [next(p_fin) if v != mpmath.ninf else mpf(0) for v in z]
+
+
+def sinkhorn_real_dk(x: Sequence[Any], k: Any, tau: Any = 1.0, *, dps: int = 40) -> list[Any]:
+    """``dp/dk`` of the converged entropic OT top-k: central differences in k of the converged plan
+    (``reference_wider.sinkhorn_fixed_point``, an mpmath root of ``sum p = k``) at step 1e-15 and 40
+    digits (error ~1e-30); ``k < m``."""
+    import reference_wider
+
+    with mp.workdps(dps):
+        kk, h = mpf(k), mpf(10) ** -15
+        if not kk < sum(1 for v in x if v != float("-inf")):
+            raise ValueError("reference: dp/dk needs k < m (the fixed point is slow to bracket near k = m)")
+        up = reference_wider.sinkhorn_fixed_point(x, kk + h, tau, dps=dps)
+        dn = reference_wider.sinkhorn_fixed_point(x, kk - h, tau, dps=dps)
+        return [(u - v) / (2 * h) for u, v in zip(up, dn)]
+
+
+def perturbed_real(x: Sequence[Any], k: Any, tau: Any = 1.0, *, dps: int = 25) -> list[Any]:
+    """Exact ``E[T_k(x + tau Z)]`` for a real k, T_k the real-k hard top-k: a sample's c-th largest
+    entry (c = ceil(k)) gets ``k - c + 1``, so the expectation is ``(c - k) E[T_{c-1}] + (k - c + 1)
+    E[T_c]`` (``T_0 = 0``), each by ``reference_wider.perturbed_masked`` (quadrature)."""
+    import reference_wider
+
+    with mp.workdps(dps):
+        kk = mpf(k)
+        c = int(mpmath.ceil(kk))
+        frac = kk - c + 1
+        upper = reference_wider.perturbed_masked(x, c, tau, dps=dps)
+        lower = reference_wider.perturbed_masked(x, c - 1, tau, dps=dps) if c > 1 else [mpf(0)] * len(x)
+        return [(1 - frac) * a + frac * b for a, b in zip(lower, upper)]

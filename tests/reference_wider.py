@@ -45,13 +45,10 @@ def _clip_pow(t: Any, power: int) -> Any:
     return c**power
 
 
-def projection(x: Sequence[float], k: int, tau: float = 1.0, *, power: int, dps: int = DPS) -> list[Any]:
-    """``clip(z - lambda, 0, 1)^power`` with ``sum = k``, ``lambda`` by bisection to ``dps`` digits.
-
-    ``lambda`` lies in ``[z_(k) - 1, max z]`` (``G = #{top k} >= k`` at the left end); for a spread
-    like ``|z| ~ 1e300`` the working precision and the number of steps follow the magnitude, so
-    ``lambda = -1e300 - 0.5`` is resolved (a fixed 4 * dps steps left it ~1e245 off).
-    """
+def projection_lambda(x: Sequence[float], k: Any, tau: float = 1.0, *, power: int,
+                      dps: int = DPS) -> tuple[list[Any], Any, int]:
+    """``(z, lambda, digits)`` of :func:`projection` (``lambda = -inf`` when ``k`` is the unmasked
+    count); ``z`` and ``lambda`` are valid at ``digits`` decimal digits (use ``mp.workdps(digits)``)."""
     with mp.workdps(dps):
         z0 = _z(x, tau)
         mag = max((abs(v) for v in z0 if v != mpmath.ninf), default=mpf(0))
@@ -60,15 +57,30 @@ def projection(x: Sequence[float], k: int, tau: float = 1.0, *, power: int, dps:
         z = _z(x, tau)
         fin = [v for v in z if v != mpmath.ninf]
         if len(fin) == k:
-            return [mpf(1) if v != mpmath.ninf else mpf(0) for v in z]
-        lo, hi = sorted(fin, reverse=True)[k - 1] - 1, max(fin)  # G(lo) >= k, G(hi) = 0 < k
+            return z, mpmath.ninf, dps + extra
+        # G(lo) >= ceil(k) >= k, G(hi) = 0 < k (k may be real)
+        lo, hi = sorted(fin, reverse=True)[math.ceil(k) - 1] - 1, max(fin)
         for _ in range(int(4 * (dps + extra)) + 20):
             mid = (lo + hi) / 2
             if mpmath.fsum(_clip_pow(v - mid, power) for v in fin) >= k:
                 lo = mid
             else:
                 hi = mid
-        lam = (lo + hi) / 2
+        return z, (lo + hi) / 2, dps + extra
+
+
+def projection(x: Sequence[float], k: Any, tau: float = 1.0, *, power: int, dps: int = DPS) -> list[Any]:
+    """``clip(z - lambda, 0, 1)^power`` with ``sum = k``, ``lambda`` by bisection to ``dps`` digits.
+
+    ``lambda`` lies in ``[z_(k) - 1, max z]`` (``G = #{top k} >= k`` at the left end); for a spread
+    like ``|z| ~ 1e300`` the working precision and the number of steps follow the magnitude, so
+    ``lambda = -1e300 - 0.5`` is resolved (a fixed 4 * dps steps left it ~1e245 off). ``k`` may be
+    real (``0 < k <= #unmasked``).
+    """
+    z, lam, digits = projection_lambda(x, k, tau, power=power, dps=dps)
+    with mp.workdps(digits):
+        if lam == mpmath.ninf:
+            return [mpf(1) if v != mpmath.ninf else mpf(0) for v in z]
         return [_clip_pow(v - lam, power) if v != mpmath.ninf else mpf(0) for v in z]
 
 

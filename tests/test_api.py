@@ -98,15 +98,28 @@ def test_k_out_of_range_message() -> None:
     with _raises(st.InvalidArgumentError, r"^k must satisfy 1 <= k <= n \(n=5\), got 7$"):
         st.soft_topk([1.0, 2.0, 3.0, 4.0, 5.0], 7, "grad")
     with _raises(st.InvalidArgumentError, r"k must satisfy 1 <= k <= n \(n=3\), got 0"):
+        st.soft_topk([1.0, 2.0, 3.0], 0, "grad")
+    with _raises(st.InvalidArgumentError, r"^k must satisfy 0 < k <= n \(n=3\), got 0$"):
         st.soft_topk([1.0, 2.0, 3.0], 0, "hard")
 
 
 @pytest.mark.parametrize("k", [2.5, "2", None, True])
 def test_k_must_be_an_integer(k: object) -> None:
-    with pytest.raises(ValueError, match=r"k must be an integer, got") as info:
-        st.soft_topk([1.0, 2.0, 3.0], k, "thre-exp")  # type: ignore[arg-type]
+    """An integer-only method refuses a real k, naming the methods that take one."""
+    with pytest.raises(ValueError, match=r"k must be an integer") as info:
+        st.soft_topk([1.0, 2.0, 3.0], k, "grad")  # type: ignore[arg-type]
     assert isinstance(info.value, st.InvalidArgumentError)
     assert repr(k) in str(info.value)
+    if k == 2.5:
+        real = [name for name, spec in st.METHODS.items() if not spec.capabilities.integer_k]
+        assert str(info.value).endswith("methods that take a real k: " + ", ".join(real))
+
+
+@pytest.mark.parametrize("k", ["2", None, True, math.nan, math.inf])
+def test_k_must_be_a_real_number(k: object) -> None:
+    with pytest.raises(st.InvalidArgumentError, match=r"k must (be a real number|satisfy 0 < k <= n)") as info:
+        st.soft_topk([1.0, 2.0, 3.0], k, "hard")  # type: ignore[arg-type]
+    assert repr(k) in str(info.value) or str(k) in str(info.value)
 
 
 @pytest.mark.parametrize("tau", [0.0, -1.0, math.nan, math.inf, -math.inf])

@@ -199,6 +199,8 @@ def _k_plan(
         raise InvalidArgumentError(f"k must be a number or an array of numbers: {exc}") from None
     if arr.dtype.kind not in "iuf":
         raise InvalidArgumentError(f"k must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim == len(batch_shape) + 1 and arr.shape[-1] == 1:  # kept dims (k[..., None] beside x)
+        arr = arr[..., 0]
     try:
         rows = np.broadcast_to(arr.astype(np.float64), batch_shape).reshape(-1)
     except ValueError:
@@ -248,6 +250,8 @@ def _tau_plan(tau: object, batch_shape: tuple[int, ...]) -> tuple[float | FloatA
         raise InvalidArgumentError(f"tau must be a number or an array of numbers: {exc}") from None
     if arr.dtype.kind not in "iuf":
         raise InvalidArgumentError(f"tau must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim == len(batch_shape) + 1 and arr.shape[-1] == 1:  # kept dims (tau[..., None] beside x)
+        arr = arr[..., 0]
     try:
         rows = np.broadcast_to(arr.astype(np.float64), batch_shape).reshape(-1)
     except ValueError:
@@ -258,7 +262,7 @@ def _tau_plan(tau: object, batch_shape: tuple[int, ...]) -> tuple[float | FloatA
     if bad.any():
         flat = int(np.argmax(bad))
         raise InvalidArgumentError(
-            f"tau must be a finite number > 0 in every row, got {rows[flat]!r} at row {_row_index(flat, batch_shape)}"
+            f"tau must be a finite number > 0 in every row, got {float(rows[flat])!r} at row {_row_index(flat, batch_shape)}"
         )
     if rows.size and bool((rows == rows[0]).all()):
         return float(rows[0]), float(rows[0])
@@ -579,7 +583,8 @@ def soft_topk(
     Args:
         x: scores ``[..., n]``; ``-inf`` masks an entry (weight 0).
         k: how many entries to select: a number, or an array broadcastable to the batch shape
-            (``x``'s shape without ``axis``) giving each row its own k. Methods defined for a real
+            (``x``'s shape without ``axis``; a trailing axis of length 1 is allowed, as in
+            ``k[..., None]``) giving each row its own k. Methods defined for a real
             k (``METHODS[name].capabilities.integer_k`` False: the threshold methods, ``hard``,
             ``ot-sinkhorn``, ``perturbed``) take ``0 < k <= n``; the others an integer
             ``1 <= k <= n``. A row needs at least k unmasked entries.
@@ -697,7 +702,7 @@ def jacobian(
     >>> jacobian([0.0, 0.0], 1, "thre-sigmoid")
     array([[ 0.125, -0.125],
            [-0.125,  0.125]])
-    >>> jacobian([0.0, 1.0], 1.5, "thre-exp", wrt="k").round(4)
+    >>> jacobian([0.0, 0.0], 1.5, "thre-sigmoid", wrt="k")
     array([0.5, 0.5])
     """
     names, single = _check_wrt(wrt)

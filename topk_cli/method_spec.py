@@ -129,7 +129,9 @@ class Capabilities:
 
     ``evaluation``: exact or Monte Carlo (then judged within :data:`MONTE_CARLO_STDERRS`
     standard errors); ``jacobian``: has a Jacobian and VJP; ``integer_k``: defined for integer
-    ``k`` only (the API takes integer ``k`` for every method today); ``probe_default``: probed by
+    ``k`` only (False: the method takes any real ``0 < k <= n``, its implementation declares
+    ``row_k``, and ``dp/dk`` where it has a ``dk`` hook; every method takes a k per row);
+    ``probe_default``: probed by
     ``stability-probe`` when no method is named; ``potential``: ``Phi(z)`` with
     ``grad Phi = p`` (``topk_cli.operators.potentials``), or None when the method is not the
     gradient of a potential.
@@ -190,8 +192,9 @@ class MethodSpec:
         """The implementation with the (validated) parameters bound as keyword arguments.
 
         Without parameters this is :attr:`implementation` itself (the operators' signatures are
-        unchanged); each of ``forward``, ``jacobian`` and ``vjp`` receives the parameters its
-        signature names (all of them if it takes ``**kwargs``).
+        unchanged); each of ``forward``, ``jacobian``, ``vjp`` and the hooks (``dk``,
+        ``log_weights``, ``refine``) receives the parameters its signature names (all of them if it
+        takes ``**kwargs``).
         """
         values = self.resolve_params(params)
         if not values:
@@ -202,6 +205,9 @@ class MethodSpec:
             forward=cast(Any, _bound(impl.forward, values)),
             jacobian=cast(Any, _bound(impl.jacobian, values)),
             vjp=cast(Any, _bound(impl.vjp, values)),
+            dk=None if impl.dk is None else cast(Any, _bound(impl.dk, values)),
+            log_weights=None if impl.log_weights is None else cast(Any, _bound(impl.log_weights, values)),
+            refine=None if impl.refine is None else cast(Any, _bound(impl.refine, values)),
         )
 
     def failure_meaning(self, code: str) -> str | None:

@@ -101,7 +101,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         reference="The k-hot indicator; the target every smooth operator approximates.",
         notes="Piecewise constant: its Jacobian is 0 wherever it exists.",
         implementation=HARD,
-        capabilities=Capabilities(probe_default=False, potential=regularised_max(no_regulariser)),
+        capabilities=Capabilities(integer_k=False, probe_default=False, potential=regularised_max(no_regulariser)),
         probe=ProbeReference("none: hard top-k is exact by construction (a partition and a comparison)"),
     ),
     MethodSpec(
@@ -212,7 +212,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         reference="Su (2024) ThreTopK with min(1, e^x); entropic regularisation over D(n,k).",
         notes="Kink where z_i = lambda; the Jacobian takes the saturated side (p_i = 1) there.",
         implementation=THRE_EXP,
-        capabilities=Capabilities(potential=regularised_max(entropy)),
+        capabilities=Capabilities(integer_k=False, potential=regularised_max(entropy)),
         probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="closed form"), threshold_bisection(f_exp)),
     ),
     MethodSpec(
@@ -226,7 +226,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         ),
         reference="Su (2024) ThreTopK with sigmoid; = LML (Amos et al. 2019); limit of entropic-OT SOFT top-k (Xie et al. 2020).",
         implementation=THRE_SIGMOID,
-        capabilities=Capabilities(potential=regularised_max(binary_entropy)),
+        capabilities=Capabilities(integer_k=False, potential=regularised_max(binary_entropy)),
         probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="Newton solver"), threshold_bisection(f_sigmoid)),
         aliases=(
             Alias("lml", "the Limited Multi-Label projection (Amos, Koltun & Kolter 2019, 'The Limited Multi-Label Projection Layer')"),
@@ -244,7 +244,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         reference="Su (2024) ThreTopK with the Laplace CDF; = LapSum top-k (ICML 2025).",
         notes="Equals softmax at k = 1 only while every softmax weight is below 1/2 (the article claims it always does).",
         implementation=THRE_LAPLACE,
-        capabilities=Capabilities(potential=regularised_max(laplace_regulariser)),
+        capabilities=Capabilities(integer_k=False, potential=regularised_max(laplace_regulariser)),
         probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="closed form"), threshold_bisection(f_laplace)),
         aliases=(
             Alias("lapsum", "LapSum top-k (Struski, Bednarczyk, Podolak & Tabor, ICML 2025, 'LapSum - one method to differentiate them all: ranking, sorting and top-k selection')"),
@@ -269,7 +269,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             "Jacobian takes the clipped side: the entry counts as clipped (derivative 0), as for thre-exp."
         ),
         implementation=THRE_CLIP,
-        capabilities=Capabilities(potential=regularised_max(clip_regulariser)),
+        capabilities=Capabilities(integer_k=False, potential=regularised_max(clip_regulariser)),
         probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="sorted-breakpoint closed form"), threshold_bisection(f_clip)),
         aliases=(
             Alias("sparse-topk", "Sander, Puigcerver, Djolonga, Peyre & Blondel, ICML 2023, 'Fast, differentiable and sparse top-k: a convex analysis perspective' (p = 2)"),
@@ -297,7 +297,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             "written as sum p^q it is the same map at tau * 4/3."
         ),
         implementation=THRE_CUBE,
-        capabilities=Capabilities(potential=regularised_max(cube_regulariser)),
+        capabilities=Capabilities(integer_k=False, potential=regularised_max(cube_regulariser)),
         probe=ProbeReference(_THRESHOLD_REFERENCE.format(solver="interval search and Newton"), threshold_bisection(f_cube)),
     ),
     MethodSpec(
@@ -320,7 +320,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             "Sinkhorn slows down as the selection hardens: at the default cap many rows fail below tau ~ spread / 10."
         ),
         implementation=OT_SINKHORN,
-        capabilities=Capabilities(potential=regularised_max(binary_entropy)),
+        capabilities=Capabilities(integer_k=False, potential=regularised_max(binary_entropy)),
         parameters=(
             *METHOD_PARAMETERS["ot-sinkhorn"],
         ),
@@ -357,7 +357,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             "whose finite differences are 0, so verify-properties' finite-difference check measures 'no'."
         ),
         implementation=PERTURBED,
-        capabilities=Capabilities(evaluation=Evaluation.MONTE_CARLO, probe_default=False, potential=perturbed_potential),
+        capabilities=Capabilities(integer_k=False, evaluation=Evaluation.MONTE_CARLO, probe_default=False, potential=perturbed_potential),
         parameters=(
             *METHOD_PARAMETERS["perturbed"],
         ),
@@ -404,6 +404,8 @@ def _check_registry() -> None:
     for spec in _SPECS:
         if spec.stable_equivalent is not None and spec.stable_equivalent not in names:
             raise RuntimeError(f"{spec.name}: stable_equivalent {spec.stable_equivalent!r} is not registered")
+        if not spec.capabilities.integer_k and not spec.implementation.row_k:
+            raise RuntimeError(f"{spec.name}: a method taking a real k needs an implementation with row_k")
         if spec.guarantees.smoothness not in SMOOTHNESS_CLASSES:
             raise RuntimeError(f"{spec.name}: unknown smoothness class {spec.guarantees.smoothness!r}")
     if tuple(names) != METHOD_NAMES:

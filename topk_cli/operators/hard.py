@@ -51,7 +51,14 @@ def _kth_real(z: FloatArray, k: FloatArray) -> FloatArray:
     """The ``ceil(k[b])``-th largest entry of each row, ``(B, 1)``: one partition of every row at
     all the distinct positions the batch needs (a sort when they are many), no loop over rows."""
     n = z.shape[-1]
-    pos = n - np.ceil(k).astype(np.intp)  # ascending position of the ceil(k)-th largest
+    c = np.ceil(k).astype(np.intp)
+    c_max = int(c.max()) if c.size else 1
+    if c_max <= max(64, n // 8):
+        # one partition at the largest position (a scalar k's cost), then a sort of the few
+        # entries above it: the c-th largest of a row is the (c_max - c)-th of its sorted top c_max
+        top = np.sort(np.partition(z, n - c_max, axis=-1)[:, n - c_max :], axis=-1)
+        return np.take_along_axis(top, (c_max - c)[:, None], axis=-1)
+    pos = n - c  # ascending position of the ceil(k)-th largest
     part = np.partition(z, np.unique(pos), axis=-1)
     return np.take_along_axis(part, pos[:, None], axis=-1)
 

@@ -18,6 +18,16 @@ an entry is exactly the same as removing it, and differences between nearby inpu
 temperatures or methods are not drowned in fresh noise. The estimate is piecewise constant in ``z`` (its finite differences are
 0 or jumps); the smooth object is the expectation.
 
+Real k (one per row, ``0 < k <= m``): ``T_k`` of a sample is the real-k hard top-k (see
+``hard``): weight 1 on the ``c - 1`` largest entries, ``c = ceil(k)``, and ``k - (c - 1)`` on the
+c-th (samples have no ties, with probability 1). It is linear in k between integers, so the
+expectation is too: ``p(k) = p(c - 1) + (k - c + 1) P(rank c)``, a kink at every integer. The same
+noise as for an integer k (an integer value gives the same weights); the observations are no
+longer multiples of 1/2, so their sums are rounded, still deterministically and row by row.
+``dp/dk = E[dT_k/dk]``, the probability that the entry is the c-th largest of a sample, is
+estimated with the same samples and its standard error as the forward's (at an integer k, the
+derivative from below: the k-th largest).
+
 Jacobian: integration by parts, ``dp/dz = E[T_k(z + Z) Z^T]`` (``/ sigma`` in ``x`` units, applied
 by the API), estimated with the antithetic difference ``(T_k(z + Z) - T_k(z - Z)) / 2`` and the
 noise centred over the unmasked entries (``T_k`` is shift-invariant, so centring removes a
@@ -27,7 +37,10 @@ of the expectation; :func:`perturbed_jacobian_with_stderr` gives its standard er
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import NDArray
 
 from topk_cli.errors import InvalidArgumentError
 from topk_cli.operators._base import FloatArray, Forward, Implementation
@@ -126,6 +139,51 @@ def _selections(z: FloatArray, k: int, noise: FloatArray) -> tuple[FloatArray, n
     return neg, _mark(neg, k, np.zeros(neg.shape, dtype=np.uint8))
 
 
+def _is_int(k: Any) -> bool:
+    return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+
+
+def _real_k(k: Any, b: int) -> tuple[NDArray[np.intp], FloatArray]:
+    """``(c, g)`` of a real k per row: ``c = ceil(k)`` entries are selected and the c-th gets
+    ``1 - g``, ``g = c - k`` in ``[0, 1)``."""
+    kv = np.broadcast_to(np.asarray(k, dtype=np.float64).reshape(-1), (b,))
+    c = np.ceil(kv).astype(np.intp)
+    return c, c - kv
+
+
+def _selections_real(z: FloatArray, c: NDArray[np.intp], noise: FloatArray) -> tuple[FloatArray, np.ndarray,
+                                                                                       np.ndarray, NDArray[np.intp]]:
+    """:func:`_selections` for ``c[r]`` entries in row ``r``, with ``(neg, sel, last, pos)``: ``last``
+    (0/1 ``uint8``) marks the c-th largest entry of each sample and ``pos`` (``(2, rows, pairs, 1)``) is
+    its index. One ``argpartition`` of every sample at all the positions ``c - 1`` of the block."""
+    zb = z[:, None, :]
+    neg = np.empty((2, *np.broadcast_shapes(zb.shape, noise.shape)))
+    np.subtract(-zb, noise, out=neg[0])
+    np.subtract(noise, zb, out=neg[1])
+    sel = np.zeros(neg.shape, dtype=np.uint8)
+    last = np.zeros(neg.shape, dtype=np.uint8)
+    cmax = int(c.max())
+    idx = np.argpartition(neg, np.unique(c - 1), axis=-1)[..., :cmax]
+    cb = c[None, :, None, None]
+    np.put_along_axis(sel, idx, (np.arange(cmax) < cb).astype(np.uint8), axis=-1)
+    pos = np.take_along_axis(idx, np.broadcast_to(cb - 1, (*idx.shape[:-1], 1)), axis=-1)
+    np.put_along_axis(last, pos, np.uint8(1), axis=-1)
+    return neg, sel, last, pos
+
+
+def _real_top_sums(neg: FloatArray, sel: np.ndarray, pos: NDArray[np.intp], g: FloatArray, z: FloatArray,
+                   noise: FloatArray, masked: bool) -> FloatArray:
+    """``sum_i T_k(z + s Z)_i (z_i + s Z_i)`` per ``(row, pair)`` for a real k (``neg`` overwritten): the
+    sum of the ``c`` largest scores less ``g`` times the c-th."""
+    kth = -np.take_along_axis(neg, pos, axis=-1)[..., 0]
+    return _top_sums(neg, sel, z, noise, masked) - g[None, :, None] * kth
+
+
+def _real_weights(sel: np.ndarray, last: np.ndarray, g: FloatArray) -> FloatArray:
+    """``T_k(z + Z)``, ``T_k(z - Z)`` of a real k as floats: ``sel - g last``."""
+    return np.subtract(sel, g[None, :, None, None] * last)
+
+
 def _half_difference(sel: np.ndarray) -> FloatArray:
     """``(T_k(z + Z) - T_k(z - Z)) / 2`` from :func:`_selections`: values -1/2, 0, 1/2."""
     diff = np.subtract(sel[0], sel[1], dtype=np.float64)
@@ -157,10 +215,12 @@ def _top_sums(neg: FloatArray, sel: np.ndarray, z: FloatArray, noise: FloatArray
     return top
 
 
-def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
+def perturbed_forward(z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
                       seed: int = DEFAULT_SEED) -> Forward:
     """Monte Carlo ``p = E[T_k(z + Z)]`` with antithetic pairs and common random numbers.
 
+    ``k``: an ``int`` for every row, or a ``(B,)`` float array with one real ``k`` per row (see the
+    module docstring).
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = 1 - p (B, n)`` and ``aux["stderr"] (B, n)``,
     the standard error of each weight. Where every pair agrees on a finite entry the sample
     variance is 0 but the estimate is not exact (a weight of 1e-4 is seen in no pair of 500 most
@@ -179,6 +239,8 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
     noise = perturbation_noise(n, samples, seed)
     pairs = noise.shape[1]
     fin_all = np.isfinite(z)
+    real = not _is_int(k)
+    c_all, g_all = _real_k(k, b) if real else (None, None)
     p = np.empty((b, n))
     q = np.empty((b, n))
     se = np.empty((b, n))
@@ -189,18 +251,32 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
         fb = fin_all[blk]
         # all entries unmasked: every row's noise is the (pairs, n) transpose of ``noise`` itself
         nb = np.ascontiguousarray(noise.T)[None] if fb.all() else _row_noise(fb, noise)
-        neg, sel = _selections(zb, k, nb)
-        # E[sum of the k largest entries of z + Z]: its gradient is E[T_k(z + Z)] sample by sample
-        top_plus, top_minus = _top_sums(neg, sel, zb, nb, not fb.all())
+        if c_all is not None and g_all is not None:
+            gb = g_all[blk]
+            neg, sel, last, pos = _selections_real(zb, c_all[blk], nb)
+            top_plus, top_minus = _real_top_sums(neg, sel, pos, gb, zb, nb, not fb.all())
+        else:
+            neg, sel = _selections(zb, k, nb)
+            # E[sum of the k largest entries of z + Z]: its gradient is E[T_k(z + Z)] sample by sample
+            top_plus, top_minus = _top_sums(neg, sel, zb, nb, not fb.all())
         potential[blk] = 0.5 * (top_plus + top_minus).mean(axis=1)
         count = np.add(sel[0], sel[1])  # 2 * observation: values 0, 1, 2
         # sums of 0, 1/2, 1 over pairs are exact in any order: numpy's mean is sum / pairs
         half = 0.5 * count.sum(axis=1)
-        p[blk] = pb = half / pairs
-        q[blk] = (pairs - half) / pairs
+        if real:  # observation 0.5 * count - (g / 2) * (times the entry was the c-th)
+            lcount = np.add(last[0], last[1])
+            gh = 0.5 * gb[:, None]
+            cut = gh * lcount.sum(axis=1)
+            p[blk] = pb = (half - cut) / pairs
+            q[blk] = (pairs - half + cut) / pairs
+        else:
+            p[blk] = pb = half / pairs
+            q[blk] = (pairs - half) / pairs
         # obs.std(axis=1, ddof=1) step by step as numpy computes it (the sum of squares is not
         # order-free): deviations from the mean, squared, summed over pairs, / (pairs - 1), sqrt
         dev = np.multiply(count, 0.5, out=neg[0])
+        if real:
+            dev -= gh[:, :, None] * lcount
         np.subtract(dev, pb[:, None, :], out=dev)
         np.square(dev, out=dev)
         std = np.sqrt(np.add.reduce(dev, axis=1) / (pairs - 1))
@@ -208,7 +284,7 @@ def perturbed_forward(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
 
 
-def _forward_by_sample_chunks(z: FloatArray, k: int, samples: int, seed: int) -> Forward:
+def _forward_by_sample_chunks(z: FloatArray, k: Any, samples: int, seed: int) -> Forward:
     """:func:`perturbed_forward` where one row's samples exceed a block: the same numbers, with the
     samples drawn and reduced in chunks, one row at a time.
 
@@ -224,10 +300,15 @@ def _forward_by_sample_chunks(z: FloatArray, k: int, samples: int, seed: int) ->
     fin_all = np.isfinite(z)
     width = max(1, min(pairs, _NOISE_BUDGET // n))
     sub = max(1, _BLOCK // n)
+    real = not _is_int(k)
+    c_all, g_all = _real_k(k, b) if real else (None, None)
     counts = np.zeros((b, n), dtype=np.uint64)
     tops = np.empty((2, b, pairs))
     nbytes = (n + 7) // 8
     bits = np.empty((b, 2, pairs, nbytes), dtype=np.uint8)
+    # a real k: where each sample's c-th largest entry is, as bits too
+    lcounts = np.zeros((b, n), dtype=np.uint64) if real else counts
+    lbits = np.empty((b, 2, pairs, nbytes), dtype=np.uint8) if real else bits
     for c0 in range(0, pairs, width):
         c1 = min(pairs, c0 + width)
         noise = perturbation_noise(n, samples, seed) if c1 - c0 == pairs else \
@@ -238,17 +319,29 @@ def _forward_by_sample_chunks(z: FloatArray, k: int, samples: int, seed: int) ->
             for s0 in range(0, c1 - c0, sub):
                 part = noise[:, s0 : s0 + sub]
                 nb = np.ascontiguousarray(part.T)[None] if fb.all() else _row_noise(fb, part)
-                neg, sel = _selections(zb, k, nb)
-                top = _top_sums(neg, sel, zb, nb, not fb.all())
                 at = slice(c0 + s0, c0 + s0 + part.shape[1])
+                if c_all is not None and g_all is not None:
+                    neg, sel, last, pos = _selections_real(zb, c_all[r : r + 1], nb)
+                    top = _real_top_sums(neg, sel, pos, g_all[r : r + 1], zb, nb, not fb.all())
+                    lcounts[r] += np.add(last[0, 0], last[1, 0]).sum(axis=0)
+                    lbits[r, :, at] = np.packbits(last[:, 0], axis=-1)
+                else:
+                    neg, sel = _selections(zb, k, nb)
+                    top = _top_sums(neg, sel, zb, nb, not fb.all())
                 tops[:, r, at] = top[:, 0]
                 counts[r] += np.add(sel[0, 0], sel[1, 0]).sum(axis=0)
                 bits[r, :, at] = np.packbits(sel[:, 0], axis=-1)
         del noise
     # as the one-block forward: sums of 0, 1/2, 1 over pairs are exact in any order
     half = 0.5 * counts
-    p = half / pairs
-    q = (pairs - half) / pairs
+    if g_all is not None:  # as the one-block forward
+        gh = 0.5 * g_all[:, None]
+        cut = gh * lcounts
+        p = (half - cut) / pairs
+        q = (pairs - half + cut) / pairs
+    else:
+        p = half / pairs
+        q = (pairs - half) / pairs
     potential = 0.5 * (tops[0] + tops[1]).mean(axis=1)
     se = np.empty((b, n))
     rse = np.sqrt(pairs)
@@ -263,6 +356,9 @@ def _forward_by_sample_chunks(z: FloatArray, k: int, samples: int, seed: int) ->
             lead = 0 if acc is None else 1
             dev = np.empty((lead + s1 - s0, n))
             np.multiply(np.add(plus, minus), 0.5, out=dev[lead:])
+            if g_all is not None:
+                dev[lead:] -= gh[r] * np.add(np.unpackbits(lbits[r, 0, s0:s1], axis=-1, count=n),
+                                             np.unpackbits(lbits[r, 1, s0:s1], axis=-1, count=n))
             np.subtract(dev[lead:], p[r], out=dev[lead:])
             np.square(dev[lead:], out=dev[lead:])
             if acc is not None:
@@ -274,7 +370,7 @@ def _forward_by_sample_chunks(z: FloatArray, k: int, samples: int, seed: int) ->
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
 
 
-def perturbed_potential(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
+def perturbed_potential(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
     """``E[max_{|S| = k} sum_{i in S} (z_i + Z_i)]`` estimated with the forward's samples, ``(B,)``.
 
     Berthet et al.'s perturbed maximum: with the same (common) noise its gradient is exactly the
@@ -290,7 +386,19 @@ def _centred(noise: FloatArray, fin: np.ndarray) -> FloatArray:
     return np.where(mask, noise - mean, 0.0)
 
 
-def perturbed_jacobian_with_stderr(z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
+def _block_difference(z: FloatArray, k: Any, blk: slice, noise: FloatArray) -> FloatArray:
+    """``(T_k(z + Z) - T_k(z - Z)) / 2`` of the rows ``blk`` and their noise, ``(rows, pairs, n)``."""
+    if _is_int(k):
+        return _half_difference(_selections(z[blk], k, noise)[1])
+    c, g = _real_k(k, z.shape[0])
+    _, sel, last, _ = _selections_real(z[blk], c[blk], noise)
+    t = _real_weights(sel, last, g[blk])
+    diff = np.subtract(t[0], t[1])
+    diff *= 0.5
+    return diff
+
+
+def perturbed_jacobian_with_stderr(z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
                                    seed: int = DEFAULT_SEED) -> tuple[FloatArray, FloatArray]:
     """``(J, stderr)``: the integration-by-parts estimate of ``dp/dz`` and its standard error.
 
@@ -306,7 +414,7 @@ def perturbed_jacobian_with_stderr(z: FloatArray, k: int, *, samples: int = DEFA
     se = np.empty((b, n, n))
     for blk in _blocks(b, pairs, n):
         nb = _row_noise(fin[blk], noise)
-        diff = _half_difference(_selections(z[blk], k, nb)[1])
+        diff = _block_difference(z, k, blk, nb)
         zc = _centred(nb, fin[blk])
         mean = np.einsum("rmi,rmj->rij", diff, zc) / pairs
         second = np.einsum("rmi,rmj->rij", diff * diff, zc * zc) / pairs
@@ -316,13 +424,13 @@ def perturbed_jacobian_with_stderr(z: FloatArray, k: int, *, samples: int = DEFA
     return jac, se
 
 
-def perturbed_jacobian(fwd: Forward, z: FloatArray, k: int, *, samples: int = DEFAULT_SAMPLES,
+def perturbed_jacobian(fwd: Forward, z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
                        seed: int = DEFAULT_SEED) -> FloatArray:
     """The integration-by-parts estimate of ``dp/dz`` (see :func:`perturbed_jacobian_with_stderr`)."""
     return perturbed_jacobian_with_stderr(z, k, samples=samples, seed=seed)[0]
 
 
-def perturbed_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray, *, samples: int = DEFAULT_SAMPLES,
+def perturbed_vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray, *, samples: int = DEFAULT_SAMPLES,
                   seed: int = DEFAULT_SEED) -> FloatArray:
     """``v^T dp/dz`` estimated as ``mean over pairs of (v . D) Zc`` in O(samples n) per row."""
     samples, seed = check_perturbed_params(samples, seed)
@@ -333,13 +441,58 @@ def perturbed_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray, *, samples
     out = np.empty((b, n))
     for blk in _blocks(b, pairs, n):
         nb = _row_noise(fin[blk], noise)
-        diff = _half_difference(_selections(z[blk], k, nb)[1])
+        diff = _block_difference(z, k, blk, nb)
         weight = np.einsum("rmi,ri->rm", diff, v[blk])
         out[blk] = np.einsum("rm,rmj->rj", weight, _centred(nb, fin[blk])) / pairs
     return out
 
 
-#: ``samples`` and ``seed`` reach forward, jacobian and vjp as keyword arguments.
+def perturbed_dk_with_stderr(z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
+                             seed: int = DEFAULT_SEED) -> tuple[FloatArray, FloatArray]:
+    """``(dp/dk, stderr)``, each ``(B, n)``: ``E[dT_k/dk]``, the frequency with which each entry is the
+    ``ceil(k)``-th largest of a sample (at an integer k the k-th: the derivative from below), from the
+    forward's samples (same seed, same noise). Exactly the derivative in k of the estimated ``p``
+    (linear in k between integers for a fixed seed), unbiased for that of the expectation. The
+    standard error is the forward's: the standard deviation of the pair observations
+    ``(1[c-th of z + Z] + 1[c-th of z - Z]) / 2`` over ``sqrt(pairs)``, floored at ``1 / pairs`` on
+    unmasked entries.
+
+    >>> dk, se = perturbed_dk_with_stderr(np.array([[0.0, -1.0, -8.0]]), np.array([1.5]), samples=2000)
+    >>> np.round(dk, 2), float(dk.sum())
+    (array([[0.23, 0.77, 0.  ]]), 1.0)
+    """
+    samples, seed = check_perturbed_params(samples, seed)
+    b, n = z.shape
+    noise = perturbation_noise(n, samples, seed)
+    pairs = noise.shape[1]
+    fin = np.isfinite(z)
+    c = np.full(b, k, dtype=np.intp) if _is_int(k) else _real_k(k, b)[0]
+    dk = np.empty((b, n))
+    se = np.empty((b, n))
+    rse = np.sqrt(pairs)
+    for blk in _blocks(b, pairs, n):
+        fb = fin[blk]
+        nb = np.ascontiguousarray(noise.T)[None] if fb.all() else _row_noise(fb, noise)
+        last = _selections_real(z[blk], c[blk], nb)[2]
+        obs = np.add(last[0], last[1], dtype=np.float64)
+        obs *= 0.5
+        dk[blk] = mean = obs.sum(axis=1) / pairs
+        obs -= mean[:, None, :]
+        np.square(obs, out=obs)
+        std = np.sqrt(np.add.reduce(obs, axis=1) / (pairs - 1))
+        se[blk] = np.where(fb, np.maximum(std / rse, 1.0 / pairs), 0.0)
+    return dk, se
+
+
+def perturbed_dk(fwd: Forward, z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
+                 seed: int = DEFAULT_SEED) -> FloatArray:
+    """``dp/dk`` estimated with the forward's samples (see :func:`perturbed_dk_with_stderr`)."""
+    return perturbed_dk_with_stderr(z, k, samples=samples, seed=seed)[0]
+
+
+#: ``samples`` and ``seed`` reach forward, jacobian, vjp and dk as keyword arguments. ``k``: an int,
+#: or a real k per row.
 PERTURBED = Implementation(
-    forward=perturbed_forward, jacobian=perturbed_jacobian, vjp=perturbed_vjp, elementwise=False
+    forward=perturbed_forward, jacobian=perturbed_jacobian, vjp=perturbed_vjp, elementwise=False, row_k=True,
+    dk=perturbed_dk,
 )

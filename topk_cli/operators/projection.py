@@ -51,9 +51,11 @@ import numpy as np
 
 from topk_cli.operators._base import OK, FloatArray, Forward, Implementation
 from topk_cli.operators.threshold import (
+    ThresholdLink,
     _fill_saturated,
     _grouped,
     _kr,
+    threshold_hooks,
     threshold_jacobian,
     threshold_vjp,
 )
@@ -325,9 +327,44 @@ def f_cube(t: FloatArray) -> FloatArray:
     return np.clip(t, 0.0, 1.0) ** 3
 
 
+def _projection_t(fwd: Forward, z: FloatArray) -> FloatArray:
+    """``z - lambda`` as :func:`_weights` computed it (before clipping)."""
+    with np.errstate(invalid="ignore"):  # masked entries: -inf
+        t = np.subtract(z, fwd.aux["z_lo"][:, None])
+        t += fwd.aux["o_lo"][:, None]
+        t -= fwd.aux["delta"][:, None]
+    return t
+
+
+def _log_d_clip(t: FloatArray) -> FloatArray:
+    return np.where((t > 0.0) & (t < 1.0), 0.0, -np.inf)  # d = 1 on the open free set
+
+
+def _log_d_cube(t: FloatArray) -> FloatArray:
+    return np.where((t > 0.0) & (t < 1.0), 2.0 * np.log(np.clip(t, 0.0, 1.0)), -np.inf)  # 3 t^2 up to log 3
+
+
+def _log_pq_clip(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    c = np.clip(t, 0.0, 1.0)
+    return np.log(c), np.log1p(-c)  # exact zeros give -inf
+
+
+def _log_pq_cube(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    c = np.clip(t, 0.0, 1.0)
+    # p = c^3 (below the smallest float64 already at c = 1e-103); 1 - c^3 = (1 - c)(1 + c + c^2)
+    return 3.0 * np.log(c), np.log1p(-c) + np.log1p(c + c * c)
+
+
+CLIP_LINK = ThresholdLink(t=_projection_t, log_d=_log_d_clip, log_pq=_log_pq_clip, full="lowest")
+CUBE_LINK = ThresholdLink(t=_projection_t, log_d=_log_d_cube, log_pq=_log_pq_cube, full="lowest")
+_CLIP_DK, _CLIP_LOG = threshold_hooks(CLIP_LINK)
+_CUBE_DK, _CUBE_LOG = threshold_hooks(CUBE_LINK)
+
 THRE_CLIP = Implementation(
-    forward=thre_clip_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+    forward=thre_clip_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
+    row_k=True, dk=_CLIP_DK, log_weights=_CLIP_LOG,
 )
 THRE_CUBE = Implementation(
-    forward=thre_cube_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+    forward=thre_cube_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
+    row_k=True, dk=_CUBE_DK, log_weights=_CUBE_LOG,
 )

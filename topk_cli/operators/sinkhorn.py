@@ -112,7 +112,7 @@ def ot_sinkhorn_forward(z: FloatArray, k: Any, *, max_iter: int = DEFAULT_MAX_IT
     fin = np.isfinite(z)
     m = fin.sum(axis=1).astype(np.float64)
     if not isinstance(k, (int, np.integer)):  # one real k per row: sliced with the rows below
-        k = np.asarray(k, dtype=np.float64).reshape(-1)
+        k = np.broadcast_to(np.asarray(k, dtype=np.float64).reshape(-1), (b,))
     sat = m == k  # every unmasked entry selected: p = 1 exactly, nothing to iterate
     p = np.where(fin, 1.0, 0.0)  # saturated rows keep these; the others are overwritten
     q = np.where(fin, 0.0, 1.0)

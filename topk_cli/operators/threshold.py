@@ -78,6 +78,18 @@ def _kr(k: Any, rows: Any) -> Any:
     return k[rows] if isinstance(k, np.ndarray) else k
 
 
+def sort_size(need: np.ndarray, k: FloatArray, n: int) -> np.ndarray:
+    """The partial-sort size of rows with per-row ``k`` that need at least ``need`` entries sorted:
+    ``need`` itself where ``k`` is an integer (so those rows sort as with an ``int`` k, bit for bit),
+    else ``need`` rounded up to 4 sizes per octave (at most 25% more), so that a batch of
+    scattered real ``k`` forms a few groups (see :func:`_grouped`); at most ``n``.
+    """
+    need = np.maximum(need, 1)
+    step = np.left_shift(1, np.maximum(np.floor(np.log2(need)).astype(np.int64) - 2, 0))
+    coarse = -(-need // step) * step
+    return np.minimum(np.where(k == np.floor(k), need, coarse), max(n, 1))
+
+
 def _grouped(z: FloatArray, k: Any, keys: np.ndarray,
              solve: Callable[[FloatArray, Any, int], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
     """``solve(z, k, key)`` (per-row results, row first) on each group of rows sharing the integer
@@ -242,8 +254,8 @@ def _exp_branch(top: FloatArray, s_last: FloatArray, t0: FloatArray, k: Any,
 def _exp_threshold(z: FloatArray, k: Any, size: int) -> tuple[FloatArray, FloatArray, np.ndarray]:
     """``(ref, delta, saturated_rows)`` of the ``thre-exp`` threshold ``lambda = ref + delta``.
 
-    ``size = ceil(k)`` (the same for every row): at most ``size - 1`` entries saturate (``m < k``),
-    so the ``size`` largest entries, sorted, and the mass of the others decide every branch.
+    ``size >= ceil(k)`` (the same for every row; ``= k`` for an ``int``): fewer than ``k`` entries
+    saturate, so the ``size`` largest entries, sorted, and the mass of the others decide every branch.
     """
     top, tail = _split_top(z, size)
     # exactly size finite entries <=> nothing finite outside the top size
@@ -257,11 +269,13 @@ def _exp_threshold(z: FloatArray, k: Any, size: int) -> tuple[FloatArray, FloatA
     seq = np.concatenate([log_tail[:, None], top[:, ::-1]], axis=1)
     log_s = np.logaddexp.accumulate(seq, axis=1)[:, :0:-1]  # log S(m), m = 0..size-1
     if isinstance(k, np.ndarray):
-        log_room = np.log(k[:, None] - np.arange(size))  # k - m > 0 for every m < size
+        room = k[:, None] - np.arange(size)  # k - m: only m < k are branches
+        with np.errstate(divide="ignore", invalid="ignore"):
+            guess = np.argmin(np.where(room > 0, log_s - np.log(np.where(room > 0, room, 1.0)), np.inf), axis=1)
+        upper = np.where(sat_rows, size, np.ceil(k).astype(np.int64) - 1)
     else:
-        log_room = np.log(k - np.arange(k))[None, :]
-    guess = np.argmin(log_s - log_room, axis=1)
-    upper = np.where(sat_rows, size, size - 1)
+        guess = np.argmin(log_s - np.log(k - np.arange(k))[None, :], axis=1)
+        upper = np.where(sat_rows, size, size - 1)
     m = _branch(top, s_last, t0, k, upper, guess, _g_exp)
     ref, delta = _exp_branch(top, s_last, t0, k, np.minimum(m, size - 1))
     ref = np.where(sat_rows, 0.0, ref)
@@ -289,7 +303,7 @@ def thre_exp_forward(z: FloatArray, k: Any) -> Forward:
     array([[1.    , 0.7311, 0.2689]])
     """
     if isinstance(k, np.ndarray):
-        ref, delta, sat_rows = _grouped(z, k, np.ceil(k).astype(np.int64), _exp_threshold)
+        ref, delta, sat_rows = _grouped(z, k, sort_size(np.ceil(k).astype(np.int64), k, z.shape[1]), _exp_threshold)
     else:
         ref, delta, sat_rows = _exp_threshold(z, k, k)
     t = np.subtract(z, ref[:, None])
@@ -484,8 +498,8 @@ def laplace_sort_size(k: Any) -> Any:
 def _laplace_start(z: FloatArray, k: Any, size: int | None = None) -> LaplaceStart:
     """The Laplace threshold of ``z`` with the partial sort and tail mass it used.
 
-    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row whose :func:`laplace_sort_size` is
-    ``size`` for every row.
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row whose :func:`laplace_sort_size` is at
+    most ``size`` for every row (see :func:`sort_size`).
     """
     n = z.shape[1]
     size = min(n, 2 * k if size is None else size)
@@ -537,7 +551,7 @@ def _laplace_threshold(z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray, n
         start = _laplace_start(zz, kk, size)
         return start.ref, start.delta, start.saturated
 
-    ref, delta, sat = _grouped(z, k, laplace_sort_size(k), solve)
+    ref, delta, sat = _grouped(z, k, sort_size(laplace_sort_size(k), k, z.shape[1]), solve)
     return ref, delta, sat
 
 
@@ -585,10 +599,194 @@ def threshold_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatAr
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# derivative in k and log-weights (shared)
+
+_LN2 = float(np.log(2.0))
+
+
+class ThresholdLink(NamedTuple):
+    """What :func:`threshold_dk` and :func:`threshold_log_weights` need of one method ``p = f(z - lambda)``.
+
+    ``t(fwd, z)``: ``z - lambda`` as the forward computed its weights (``-inf`` on masked entries;
+    rows with ``k = #finite`` are ignored). ``log_d(t)``: ``log f'(t)`` up to a constant per row
+    (``-inf`` where ``f' = 0``). ``log_pq(t)``: ``(log f(t), log(1 - f(t)))`` without underflow.
+    ``full``: the limit of ``dp/dk`` as ``k`` rises to ``#finite`` (see :func:`threshold_dk`):
+    ``"lowest"`` (uniform over the smallest finite entries) or ``"softmin"`` (``e^{-z}`` normalised).
+    """
+
+    t: Callable[[Forward, FloatArray], FloatArray]
+    log_d: Callable[[FloatArray], FloatArray]
+    log_pq: Callable[[FloatArray], tuple[FloatArray, FloatArray]]
+    full: str
+
+
+def _full_rows(z: FloatArray, mode: str) -> FloatArray:
+    """``dp/dk`` of rows with ``k = #finite`` as the limit from below (``mode`` as ``ThresholdLink.full``)."""
+    fin = np.isfinite(z)
+    low = np.min(np.where(fin, z, np.inf), axis=1, keepdims=True)
+    if mode == "lowest":
+        w = (fin & (z == low)).astype(np.float64)
+    else:
+        with np.errstate(under="ignore", invalid="ignore"):  # far entries: e^{-|z - low|} = 0
+            w = np.where(fin, np.exp(np.where(fin, low - z, 0.0)), 0.0)
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def threshold_dk(fwd: Forward, z: FloatArray, k: Any, link: ThresholdLink) -> FloatArray:
+    """``dp/dk = d / sum(d)``, ``d_i = f'(z_i - lambda)`` (from ``sum_i f(z_i - lambda) = k``), shape ``(B, n)``.
+
+    Computed as ``exp(log d - max log d)`` normalised, so it stays accurate where every ``d_i``
+    underflows (an extremely hard selection: then it concentrates on the entries nearest
+    ``lambda``). Masked entries get 0. Two rows have no two-sided derivative:
+
+    * ``k = #finite`` (every weight 1, ``lambda = -inf``): the one-sided derivative from below is
+      returned, the limit of ``d / sum d`` as ``k`` rises to ``#finite``: uniform over the smallest
+      finite entries for ``thre-exp``, ``thre-clip`` and ``thre-cube`` (only they stay below 1
+      near the end), ``e^{-z_i} / sum_j e^{-z_j}`` for ``thre-sigmoid`` and ``thre-laplace``
+      (``f'(t) ~ e^{-t}`` as ``t -> inf``);
+    * an integer ``k`` where no entry is strictly inside ``0 < f < 1`` (``thre-clip``/``thre-cube``
+      with every weight exactly 0 or 1, ``d = 0``): ``dp/dk`` jumps there; zeros are returned, as
+      :func:`threshold_jacobian` returns the zero matrix.
+    """
+    t = link.t(fwd, z)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):  # log 0 = -inf: f' = 0
+        log_d = link.log_d(t)
+        top = np.max(log_d, axis=1)
+        ok = np.isfinite(top)
+        w = np.exp(log_d - np.where(ok, top, 0.0)[:, None])
+    total = w.sum(axis=1, keepdims=True)
+    out = np.divide(w, total, out=np.zeros_like(w), where=ok[:, None] & (total > 0))
+    full = np.flatnonzero(fwd.aux["lambda"] == -np.inf)
+    if full.size:
+        out[full] = _full_rows(z[full], link.full)
+    return out
+
+
+def threshold_log_weights(fwd: Forward, z: FloatArray, k: Any, link: ThresholdLink) -> tuple[FloatArray, FloatArray]:
+    """``(log p, log(1 - p))`` from ``t = z - lambda``, accurate where ``p`` or ``1 - p`` is far below
+    the smallest float64; ``(-inf, 0)`` on masked entries, ``(0, -inf)`` on the finite entries of a
+    row with ``k = #finite`` (and wherever ``p`` is exactly 1)."""
+    t = link.t(fwd, z)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore", over="ignore"):
+        log_p, log_q = link.log_pq(t)
+    fin = np.isfinite(z)
+    log_p = np.where(fin, log_p, -np.inf)
+    log_q = np.where(fin, log_q, 0.0)
+    full = np.flatnonzero(fwd.aux["lambda"] == -np.inf)
+    if full.size:
+        fr = fin[full]
+        log_p[full] = np.where(fr, 0.0, -np.inf)
+        log_q[full] = np.where(fr, -np.inf, 0.0)
+    return log_p, log_q
+
+
+def _stored_t(fwd: Forward, z: FloatArray) -> FloatArray:
+    return fwd.aux["t"]
+
+
+def _log_d_exp(t: FloatArray) -> FloatArray:
+    return np.where(t < 0.0, t, -np.inf)  # the kink t = 0 counts as saturated (d = 0)
+
+
+def _log_pq_exp(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    # t = min(z - lambda, 0): log p = t; log q = log(-expm1(t)) near 0, log1p(-e^t) below -log 2
+    log_q = np.where(t > -_LN2, np.log(-np.expm1(t)), np.log1p(-np.exp(t)))
+    return t.copy(), np.where(t < 0.0, log_q, -np.inf)
+
+
+def _log_d_laplace(t: FloatArray) -> FloatArray:
+    return -np.abs(t)  # log(e^{-|t|} / 2) up to the constant log 2
+
+
+def _log_pq_laplace(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    above = t >= 0.0
+    big = np.log1p(-0.5 * np.exp(-np.abs(t)))  # log of the larger of p and q (>= 1/2)
+    small = -np.abs(t) - _LN2  # log of the smaller: e^{-|t|} / 2
+    return np.where(above, big, small), np.where(above, small, big)
+
+
+EXP_LINK = ThresholdLink(t=_stored_t, log_d=_log_d_exp, log_pq=_log_pq_exp, full="lowest")
+LAPLACE_LINK = ThresholdLink(t=_stored_t, log_d=_log_d_laplace, log_pq=_log_pq_laplace, full="softmin")
+
+
+def threshold_hooks(link: ThresholdLink) -> tuple[Callable[[Forward, FloatArray, Any], FloatArray],
+                                                  Callable[[Forward, FloatArray, Any], tuple[FloatArray, FloatArray]]]:
+    """``(dk, log_weights)`` of the :class:`Implementation` of a method with this link."""
+
+    def dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+        return threshold_dk(fwd, z, k, link)
+
+    def log_weights(fwd: Forward, z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray]:
+        return threshold_log_weights(fwd, z, k, link)
+
+    return dk, log_weights
+
+
+_EXP_DK_PLAIN, _EXP_LOG_PLAIN = threshold_hooks(EXP_LINK)
+
+
+def _exp_kinks(fwd: Forward, z: FloatArray, k: Any) -> tuple[np.ndarray, np.ndarray, FloatArray]:
+    """``(rows, group, log_rest)``: ``thre-exp`` rows whose threshold rounded onto an entry.
+
+    With an integer ``k`` and the mass below the ``k`` largest entries under ``e^-708`` relative,
+    ``lambda = z_(k) + log1p(rest)`` rounds to ``z_(k)`` itself: its group (the smallest of the ``k``
+    entries with ``t = 0``, ties included, ``g`` of them) looks saturated, while in fact
+    ``q = rest / g`` there (``sum p = k``) and ``dp/dk`` sits on it. ``group`` marks those entries
+    and ``log_rest = log sum_{t<0} e^t - log g`` per row.
+    """
+    t = fwd.aux["t"]
+    kk = np.broadcast_to(np.asarray(k, dtype=np.float64), (z.shape[0],))
+    at_zero = (t == 0.0) & np.isfinite(z)
+    rows = np.flatnonzero((fwd.aux["lambda"] > -np.inf) & (kk == np.floor(kk)) & (at_zero.sum(axis=1) == kk))
+    if rows.size == 0:
+        return rows, np.zeros((0, z.shape[1]), dtype=bool), np.zeros(0)
+    zr, zero = z[rows], at_zero[rows]
+    low = np.min(np.where(zero, zr, np.inf), axis=1, keepdims=True)
+    group = zero & (zr == low)
+    below = np.where(t[rows] < 0.0, t[rows], -np.inf)
+    top = np.max(below, axis=1, keepdims=True)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):
+        log_rest = (top[:, 0] + np.log(np.exp(below - np.where(np.isfinite(top), top, 0.0)).sum(axis=1))
+                    - np.log(group.sum(axis=1)))
+    return rows, group, log_rest
+
+
+def _exp_dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+    """:func:`threshold_dk` for ``thre-exp``, with the rows of :func:`_exp_kinks` taken as they are
+    (the group that rounded onto the threshold carries ``dp/dk``, ``d = p ~ 1`` there)."""
+    out = _EXP_DK_PLAIN(fwd, z, k)
+    rows, group, _ = _exp_kinks(fwd, z, k)
+    if rows.size:
+        t = fwd.aux["t"][rows]
+        with np.errstate(under="ignore"):
+            w = np.where(group, 1.0, np.where(t < 0.0, np.exp(t), 0.0))
+        out[rows] = w / w.sum(axis=1, keepdims=True)
+    return out
+
+
+def _exp_log_weights(fwd: Forward, z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray]:
+    """:func:`threshold_log_weights` for ``thre-exp``; on the rows of :func:`_exp_kinks` the group at
+    the threshold gets ``log q = log(rest / g)`` (far below the smallest float64) and
+    ``log p = log1p(-q)``."""
+    log_p, log_q = _EXP_LOG_PLAIN(fwd, z, k)
+    rows, group, log_rest = _exp_kinks(fwd, z, k)
+    if rows.size:
+        with np.errstate(under="ignore"):
+            lq = np.broadcast_to(log_rest[:, None], group.shape)
+            log_q[rows] = np.where(group, lq, log_q[rows])
+            log_p[rows] = np.where(group, np.log1p(-np.exp(lq)), log_p[rows])
+    return log_p, log_q
+
+
+_EXP_DK, _EXP_LOG = _exp_dk, _exp_log_weights
+_LAPLACE_DK, _LAPLACE_LOG = threshold_hooks(LAPLACE_LINK)
+
 THRE_EXP = Implementation(
     forward=thre_exp_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
-    refine=thre_exp_refine,
+    refine=thre_exp_refine, row_k=True, dk=_EXP_DK, log_weights=_EXP_LOG,
 )
 THRE_LAPLACE = Implementation(
-    forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+    forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
+    row_k=True, dk=_LAPLACE_DK, log_weights=_LAPLACE_LOG,
 )

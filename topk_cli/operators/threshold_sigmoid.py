@@ -12,12 +12,15 @@ import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 from topk_cli.operators.threshold import (
+    ThresholdLink,
     _fill_saturated,
     _grouped,
     _kr,
     _laplace_start,
     _select,
     laplace_sort_size,
+    sort_size,
+    threshold_hooks,
     threshold_jacobian,
     threshold_vjp,
 )
@@ -157,7 +160,8 @@ def thre_sigmoid_forward(z: FloatArray, k: Any) -> Forward:
     array([[0.7426, 0.7426, 0.5148]])
     """
     if isinstance(k, np.ndarray):
-        ref, delta, sat_rows, iters = _grouped(z, k, laplace_sort_size(k), _sigmoid_solve)
+        sizes = sort_size(laplace_sort_size(k), k, z.shape[1])
+        ref, delta, sat_rows, iters = _grouped(z, k, sizes, _sigmoid_solve)
     else:
         ref, delta, sat_rows, iters = _sigmoid_solve(z, k, None)
     return _sigmoid_weights(z, ref, delta, sat_rows, iters)
@@ -287,6 +291,26 @@ def _sigmoid_weights(z: FloatArray, ref: FloatArray, delta: FloatArray, sat_rows
     return Forward(p=p, q=q, aux={"lambda": lam, "d": d, "iterations": iters, "ref": ref, "delta": delta})
 
 
+def _sigmoid_t(fwd: Forward, z: FloatArray) -> FloatArray:
+    """``z - lambda`` as :func:`_sigmoid_weights` computed it."""
+    t = np.subtract(z, fwd.aux["ref"][:, None])
+    t -= fwd.aux["delta"][:, None]
+    return t
+
+
+def _log_d_sigmoid(t: FloatArray) -> FloatArray:
+    a = -np.abs(t)
+    return a - 2.0 * np.log1p(np.exp(a))  # log(e^{-|t|} / (1 + e^{-|t|})^2)
+
+
+def _log_pq_sigmoid(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    return -np.logaddexp(0.0, -t), -np.logaddexp(0.0, t)  # -log(1 + e^{-t}), -log(1 + e^t)
+
+
+SIGMOID_LINK = ThresholdLink(t=_sigmoid_t, log_d=_log_d_sigmoid, log_pq=_log_pq_sigmoid, full="softmin")
+_SIGMOID_DK, _SIGMOID_LOG = threshold_hooks(SIGMOID_LINK)
+
 THRE_SIGMOID = Implementation(
-    forward=thre_sigmoid_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True
+    forward=thre_sigmoid_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
+    row_k=True, dk=_SIGMOID_DK, log_weights=_SIGMOID_LOG,
 )

@@ -418,6 +418,10 @@ def methods_document() -> dict[str, Any]:
                 "jacobian_available": spec.capabilities.jacobian,
                 "integer_k": spec.capabilities.integer_k,
                 "potential": spec.capabilities.potential is not None,
+                "real_k": not spec.capabilities.integer_k,
+                "k_per_row": True,
+                "derivative_k": not spec.capabilities.integer_k and spec.implementation.dk is not None,
+                "derivative_tau": spec.capabilities.jacobian,
                 "aliases": [{"name": a.name, "reference": a.reference} for a in spec.aliases],
                 "parameters": [
                     {"name": p.name, "option": p.option, "type": p.kind.__name__, "default": p.default,
@@ -440,7 +444,8 @@ def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
         return render_json(doc)
     properties = list(doc["methods"][0]["guarantees"])
     if fmt is OutputFormat.csv:
-        columns = ["name", "family", "smoothness", "sparse", *properties, "evaluation", "aliases", "parameters",
+        columns = ["name", "family", "smoothness", "sparse", *properties, "evaluation", "real_k", "derivative_k",
+                   "aliases", "parameters",
                    "summary", "reference", "notes"]
         rows = [
             {**m, **m["guarantees"], "aliases": " ".join(a["name"] for a in m["aliases"]),
@@ -449,7 +454,7 @@ def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
         ]
         return render_csv(rows, columns)
     overview = Table(title="Methods (softtopk compute -m NAME)", title_justify="left", header_style="bold")
-    for name in ("method", "family", "smoothness", "summary"):
+    for name in ("method", "family", "smoothness", "k", "summary"):
         overview.add_column(name, overflow="fold")
     claims = Table(
         title="Claimed guarantees (checked by softtopk verify-properties)", title_justify="left",
@@ -468,7 +473,8 @@ def render_methods(fmt: OutputFormat, *, color: bool = False) -> str:
         if m["parameters"]:
             extras.append("options: " + ", ".join(f"{p['option']} (default {p['default']})" for p in m["parameters"]))
         summary = " ".join([m["summary"], *extras])
-        overview.add_row(m["name"], m["family"], m["smoothness"], summary)
+        k_kind = ("real" + (", d/dk" if m["derivative_k"] else "")) if m["real_k"] else "integer"
+        overview.add_row(m["name"], m["family"], m["smoothness"], k_kind, summary)
         claims.add_row(m["name"], *("yes" if m["guarantees"][p] else "no" for p in properties))
         text = m["reference"]
         for alias in m["aliases"]:
