@@ -19,8 +19,7 @@ SCORES = SAMPLES / "scores.csv"
 
 def _real_k_method() -> str:
     takers = [name for name, spec in METHODS.items() if not spec.capabilities.integer_k and name != "hard"]
-    if not takers:
-        pytest.skip("no method of this registry takes a real k")
+    assert takers, "the threshold methods take a real k (capabilities.integer_k False)"
     return "thre-sigmoid" if "thre-sigmoid" in takers else takers[0]
 
 
@@ -39,16 +38,22 @@ def _capacity() -> tuple[np.ndarray, np.ndarray, list[str]]:
     return x, k, header
 
 
+def _json_k(k: np.ndarray) -> list[int | float]:
+    return [int(v) if v.is_integer() else v for v in k.tolist()]
+
+
 # ---- --k-column ----------------------------------------------------------------------------
 
 
 def test_k_column_json_equals_per_row_api_calls() -> None:
     x, k, _ = _capacity()
     assert len(set(k.tolist())) > 1, "the sample's capacities differ from row to row"
-    r = run_cli("compute", "-m", "thre-sigmoid", "-m", "grad", "--k-column", "capacity", "--format", "json", CAPACITY)
+    assert not all(v.is_integer() for v in k.tolist()), "the sample has real capacities"
+    r = run_cli("compute", "-m", "thre-sigmoid", "-m", "thre-laplace", "--k-column", "capacity", "--format", "json",
+                CAPACITY)
     assert r.code == 0, r.err
     doc = json.loads(r.out)
-    assert doc["k"] == [int(v) if v.is_integer() else v for v in k.tolist()]
+    assert doc["k"] == _json_k(k)
     assert doc["labels"] == [f"expert_{i}" for i in range(8)]  # the capacity column is not a score
     for result in doc["results"]:
         weights = np.array(result["weights"])
@@ -57,6 +62,20 @@ def test_k_column_json_equals_per_row_api_calls() -> None:
             expected = st.soft_topk(x[row], k[row], method=result["method"])
             np.testing.assert_allclose(weights[row], expected, rtol=0, atol=1e-15)
             assert abs(weights[row].sum() - k[row]) < 1e-9
+
+
+def test_integer_k_column_runs_integer_only_methods_row_by_row(tmp_path) -> None:
+    path = tmp_path / "int.csv"
+    path.write_text("t,a,b,c,d,kk\nx,1.5,2,3,0.5,1\ny,3,1,0.5,2.5,3\nz,0.25,1,2,4,2\n")
+    r = run_cli("compute", "-m", "grad", "-m", "iterative", "--k-column", "kk", "--format", "json", path)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    x = np.array([[1.5, 2, 3, 0.5], [3, 1, 0.5, 2.5], [0.25, 1, 2, 4]])
+    assert doc["k"] == [1, 3, 2]
+    for result in doc["results"]:
+        for row, k in enumerate((1, 3, 2)):
+            expected = st.soft_topk(x[row], k, method=result["method"])
+            np.testing.assert_allclose(result["weights"][row], expected, rtol=0, atol=1e-15)
 
 
 def test_k_column_is_announced_on_one_stderr_line() -> None:
@@ -148,7 +167,7 @@ def test_bench_takes_a_k_column() -> None:
                 "--format", "json", CAPACITY)
     assert r.code == 0, r.err
     doc = json.loads(r.out)
-    assert doc["k"] == [int(v) for v in k] and doc["n"] == 8 and doc["batch"] == 6
+    assert doc["k"] == _json_k(k) and doc["n"] == 8 and doc["batch"] == 6
     assert [res["status"] for res in doc["results"]] == ["ok"]
 
 
@@ -269,15 +288,16 @@ def test_hardness_with_a_k_per_row_divides_each_row_by_its_own_k() -> None:
     from topk_cli.operators.hard import hard_topk_weights
 
     x, k, _ = _capacity()
-    r = run_cli("compute", "-m", "thre-laplace", "-m", "grad", "--hardness", "0.8", "--k-column", "capacity",
+    r = run_cli("compute", "-m", "thre-laplace", "-m", "thre-sigmoid", "--hardness", "0.8", "--k-column", "capacity",
                 "--format", "json", CAPACITY)
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     h = np.stack([hard_topk_weights(x[row], k[row]) for row in range(len(k))])
+    norm = np.floor(k) + (k - np.floor(k)) ** 2  # sum h^2 of each row's real-k hard selection
     for result in doc["results"]:
         assert result["hardness_status"] == "ok"
         p = st.soft_topk(x, k, method=result["method"], tau=result["tau"])
-        mass = float(np.mean(np.sum(h * p, axis=-1) / k))  # integer capacities: each row over its k
+        mass = float(np.mean(np.sum(h * p, axis=-1) / norm))
         assert mass == pytest.approx(0.8, abs=1e-8) and result["topk_mass"] == pytest.approx(mass, abs=1e-12)
 
 
@@ -313,14 +333,15 @@ def test_temperature_sweep_k_column_measures_each_row_at_its_own_k() -> None:
                 "--format", "json", CAPACITY)
     assert r.code == 0, r.err
     doc = json.loads(r.out)
-    assert doc["k"] == [int(v) for v in k]
+    assert doc["k"] == _json_k(k)
     points = [p for p in doc["results"] if p["method"] == "thre-laplace"]
     assert [p["tau"] for p in points] == [0.5, 2.0]
     for point in points:
         masses = []
         for row in range(len(k)):
             p = st.soft_topk(x[row], k[row], method="thre-laplace", tau=point["tau"])
-            masses.append(float(np.sum(hard_topk_weights(x[row], k[row]) * p)) / k[row])
+            norm = np.floor(k[row]) + (k[row] - np.floor(k[row])) ** 2
+            masses.append(float(np.sum(hard_topk_weights(x[row], k[row]) * p)) / norm)
         assert point["topk_mass"] == pytest.approx(float(np.mean(masses)), abs=1e-12)
     one = run_cli("temperature-sweep", "-m", "thre-laplace", "--k-column", "capacity", "--row", "5", "--taus", "1",
                   "--format", "json", CAPACITY)
@@ -366,4 +387,4 @@ def test_several_inputs_with_a_k_column(tmp_path) -> None:
     assert {line.split(",")[-1] for line in lines if line.startswith(str(uniform))} == {"2"}
     r = run_cli("compute", "-m", "thre-laplace", "--k-column", "capacity", "--format", "json", CAPACITY, uniform)
     doc = json.loads(r.out)
-    assert doc["k"] is None and doc["inputs"][0]["k"] == [1, 2, 1, 2, 2, 3] and doc["inputs"][1]["k"] == 2
+    assert doc["k"] is None and doc["inputs"][0]["k"] == [1, 2, 1.5, 2.5, 2, 3] and doc["inputs"][1]["k"] == 2

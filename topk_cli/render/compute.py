@@ -416,7 +416,6 @@ def methods_document() -> dict[str, Any]:
                 "notes": spec.notes,
                 "evaluation": spec.capabilities.evaluation.value,
                 "jacobian_available": spec.capabilities.jacobian,
-                "integer_k": spec.capabilities.integer_k,
                 "potential": spec.capabilities.potential is not None,
                 "real_k": not spec.capabilities.integer_k,
                 "k_per_row": True,
