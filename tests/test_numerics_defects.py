@@ -106,7 +106,10 @@ def test_k_and_tau_have_one_wording_everywhere() -> None:
 
     k_msg = r"^k must satisfy 1 <= k <= n \(n=5\), got 7$"
     with pytest.raises(st.InvalidArgumentError, match=k_msg):
-        st.soft_topk([1.0, 2.0, 3.0, 4.0, 5.0], 7)
+        st.soft_topk([1.0, 2.0, 3.0, 4.0, 5.0], 7, "grad")
+    # a method defined for a real k says so in the same words
+    with pytest.raises(st.InvalidArgumentError, match=r"^k must satisfy 0 < k <= n \(n=5\), got 7$"):
+        st.soft_topk([1.0, 2.0, 3.0, 4.0, 5.0], 7, "thre-sigmoid")
     with pytest.raises(st.InvalidArgumentError, match=k_msg):
         verify_properties(["grad"], properties=["range"], vectors=[[1.0, 2.0, 3.0, 4.0, 5.0]], k=7)
     with pytest.raises(st.InvalidArgumentError, match=k_msg):

@@ -668,7 +668,11 @@ def _dk_methods() -> tuple[str, ...]:
 
 
 def _finite_z(prep: _Prepared) -> FloatArray:
-    """``z`` with masked entries as 0 (their derivatives are 0: no ``0 * inf``)."""
+    """``z`` with masked entries as 0 (their derivatives are 0: no ``0 * inf``); ``z`` itself when
+    nothing is masked (a finite sum proves it)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.sum(prep.z)):
+            return prep.z
     return np.where(np.isfinite(prep.z), prep.z, 0.0)
 
 
@@ -792,20 +796,30 @@ def vjp(
                 _checked_forward(prep, fwd)
                 return _finish_vjp(prep, out, v_arr)
             return _vjp_of(prep, _checked_forward(prep), v2, v_arr)
-    fwd = _checked_forward(prep)
     results: dict[str, NDArray[Any]] = {}
+    fused = prep.impl.forward_vjp if ("x" in names or "tau" in names) and not prep.params else None
+    g_z: FloatArray | None = None
     with np.errstate(all="ignore"):
-        g_z = prep.impl.vjp(fwd, prep.z, prep.k, v2) if ("x" in names or "tau" in names) else None
+        if fused is not None:  # one pass for the forward and the z-VJP, as above
+            computed, g_z = fused(prep.z, prep.k, v2)
+            fwd = _checked_forward(prep, computed)
+        else:
+            fwd = _checked_forward(prep)
+            g_z = prep.impl.vjp(fwd, prep.z, prep.k, v2) if ("x" in names or "tau" in names) else None
         if "tau" in names:
             assert g_z is not None
             # z = (x - max x) / tau: dz/dtau = -z / tau, so v . dp/dtau = -(v^T J_z) . z / tau
-            g_tau = -np.sum(g_z * _finite_z(prep), axis=-1) / prep.rows_tau()
+            g_tau = -np.einsum("bi,bi->b", g_z, _finite_z(prep)) / prep.rows_tau()
             results["tau"] = _row_values(prep, g_tau, "vector-Jacobian product with respect to tau")
         if "x" in names:
             assert g_z is not None
             results["x"] = _finish_vjp(prep, g_z, v_arr)
         if "k" in names:
-            g_k = np.sum(v2 * _dk(prep, fwd), axis=-1)
+            fast = prep.impl.vjp_k
+            if fast is not None:
+                g_k = fast(fwd, prep.z, prep.k, v2)
+            else:
+                g_k = np.einsum("bi,bi->b", v2, _dk(prep, fwd))
             results["k"] = _row_values(prep, g_k, "vector-Jacobian product with respect to k")
     return results[names[0]] if single else tuple(results[w] for w in names)
 

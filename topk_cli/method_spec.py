@@ -206,6 +206,7 @@ class MethodSpec:
             jacobian=cast(Any, _bound(impl.jacobian, values)),
             vjp=cast(Any, _bound(impl.vjp, values)),
             dk=None if impl.dk is None else cast(Any, _bound(impl.dk, values)),
+            vjp_k=None if impl.vjp_k is None else cast(Any, _bound(impl.vjp_k, values)),
             log_weights=None if impl.log_weights is None else cast(Any, _bound(impl.log_weights, values)),
             refine=None if impl.refine is None else cast(Any, _bound(impl.refine, values)),
         )

@@ -80,6 +80,8 @@ VjpFn = Callable[[Forward, FloatArray, Any, FloatArray], FloatArray]
 ForwardVjpFn = Callable[[FloatArray, Any, FloatArray], tuple[Forward, FloatArray]]
 #: ``dk(fwd, z, k)``: ``dp/dk`` of every entry, shape ``(B, n)`` (0 on masked entries).
 DkFn = Callable[[Forward, FloatArray, Any], FloatArray]
+#: ``vjp_k(fwd, z, k, v)``: ``sum_i v_i dp_i/dk`` per row, ``(B,)`` (what ``dk`` gives, without forming it).
+VjpKFn = Callable[[Forward, FloatArray, Any, FloatArray], FloatArray]
 #: ``log_weights(fwd, z, k)``: ``(log p, log(1 - p))``, each ``(B, n)``, accurate where ``p`` or
 #: ``1 - p`` is below the smallest normal float64 (``log p = -inf`` on masked entries).
 LogWeightsFn = Callable[[Forward, FloatArray, Any], tuple[FloatArray, FloatArray]]
@@ -120,6 +122,7 @@ class Implementation:
     max_row_work: float | None = None
     row_k: bool = False
     dk: DkFn | None = None
+    vjp_k: VjpKFn | None = None
     log_weights: LogWeightsFn | None = None
 
 
@@ -292,6 +295,19 @@ def grouped_by_k(impl: Implementation) -> Implementation:
             return each(fwd, lambda sub, rows, kv: inner_dk(sub, z[rows], kv), z.shape)
 
         dk = dk_fn
+    vjp_k = None
+    if impl.vjp_k is not None:
+        inner_vjp_k = impl.vjp_k
+
+        def vjp_k_fn(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatArray:
+            if not isinstance(fwd, GroupedForward):
+                return inner_vjp_k(fwd, z, k, v)
+            out = np.zeros(z.shape[0])
+            for rows, kv, sub in fwd.parts:
+                out[rows] = inner_vjp_k(part(fwd, rows, sub), z[rows], kv, v[rows])
+            return out
+
+        vjp_k = vjp_k_fn
     log_weights = None
     if impl.log_weights is not None:
         inner_log = impl.log_weights
@@ -321,5 +337,6 @@ def grouped_by_k(impl: Implementation) -> Implementation:
         refine = refine_fn
     return Implementation(
         forward=forward, jacobian=jacobian, vjp=vjp, elementwise=impl.elementwise, z_floor=impl.z_floor,
-        forward_vjp=None, refine=refine, max_row_work=impl.max_row_work, row_k=True, dk=dk, log_weights=log_weights,
+        forward_vjp=None, refine=refine, max_row_work=impl.max_row_work, row_k=True, dk=dk, vjp_k=vjp_k,
+        log_weights=log_weights,
     )
