@@ -621,7 +621,7 @@ def methods_for_k(names: list[str], non_integer: str | None, *, asked_all: bool)
 def non_integer_k(k: int | float | None, loaded: Sequence[LoadedInput] = ()) -> str | None:
     """How to name the first k that is not an integer (``-k 2.5`` or a cell of ``--k-column``), or None."""
     if k is not None:
-        return None if float(k).is_integer() else f"-k {k:g}"
+        return None if float(k).is_integer() else f"-k {float(k)!r}"
     import numpy as np
 
     for data in loaded:
@@ -630,7 +630,7 @@ def non_integer_k(k: int | float | None, loaded: Sequence[LoadedInput] = ()) -> 
         frac = data.row_k != np.floor(data.row_k)
         if frac.any():
             r = int(np.argmax(frac))
-            return f"k = {data.row_k[r]:g} (--k-column {data.k_column!r}, {data.source} row {r}, 0-based)"
+            return f"k = {float(data.row_k[r])!r} (--k-column {data.k_column!r}, {data.source} row {r}, 0-based)"
     return None
 
 
