@@ -388,3 +388,12 @@ def test_several_inputs_with_a_k_column(tmp_path) -> None:
     r = run_cli("compute", "-m", "thre-laplace", "--k-column", "capacity", "--format", "json", CAPACITY, uniform)
     doc = json.loads(r.out)
     assert doc["k"] is None and doc["inputs"][0]["k"] == [1, 2, 1.5, 2.5, 2, 3] and doc["inputs"][1]["k"] == 2
+
+
+def test_several_inputs_csv_header_names_every_column() -> None:
+    # the header of several inputs is the parts' own (it named only the base columns, without --sum's)
+    r = run_cli("compute", "-m", "thre-laplace", "-k", "2", "--sum", "--format", "csv", SCORES, ROUTER)
+    assert r.code == 0, r.err
+    header, *lines = r.out.splitlines()
+    assert header.split(",")[-2:] == ["topk_sum", "potential"]
+    assert all(len(line.split(",")) == len(header.split(",")) for line in lines if "," in line)
