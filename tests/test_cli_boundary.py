@@ -27,7 +27,7 @@ def run(*args: str) -> CliResult:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["compute", "-k", "abc", "--values", "1,2"], "-k must be an integer, got 'abc'"),
+        (["compute", "-k", "abc", "--values", "1,2"], "-k must be a number, got 'abc'"),
         (["compute", "-k", "1", "--format", "xml", "--values", "1,2"], "--format must be one of table, csv, json, got 'xml'"),
         (["compute", "--values", "1,2"], "Missing option '-k'"),
         (["compute", "-k", "1", "--bogus", "--values", "1,2"], "No such option: --bogus"),
@@ -50,7 +50,7 @@ def test_usage_error_through_python_m() -> None:
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
     )
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.startswith("softtopk: error: -k must be an integer, got 'abc'") and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("softtopk: error: -k must be a number, got 'abc'") and done.stderr.count("\n") == 1
 
 
 def test_full_stdout_and_closed_stdin_are_one_line() -> None:

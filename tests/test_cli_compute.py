@@ -293,7 +293,7 @@ def test_bad_input_exit_2_one_line(
     ("args", "needle"),
     [
         (["--tau", "abc"], "--tau must be a number, got 'abc'"),
-        (["-k", "two"], "-k must be an integer, got 'two'"),
+        (["-k", "two"], "-k must be a number, got 'two'"),
         ([], "Missing option '-k'"),
     ],
 )

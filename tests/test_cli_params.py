@@ -87,8 +87,8 @@ def test_plain_arguments_do_not_import_pydantic(argv: list[str], tmp_path: Path)
 
 
 def test_deferred_values_are_refused_in_the_tools_words() -> None:
-    r = run_cli("compute", "-k", "2.5", "--values", "3,2,1")
+    r = run_cli("verify-properties", "--trials", "2.5", "--values", "3,2,1")  # -k takes a real k; --trials does not
     assert r.code == 2
-    assert r.err == "softtopk: error: -k must be an integer, got '2.5' (see 'softtopk compute --help')\n"
+    assert r.err == "softtopk: error: --trials must be an integer, got '2.5' (see 'softtopk verify-properties --help')\n"
     r = run_cli("compute", "-k", "2.0", "--values", "3,2,1", "--format", "json")
     assert r.code == 0, r.err

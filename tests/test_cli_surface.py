@@ -35,7 +35,10 @@ def _options(command: Any) -> dict[str, Any]:
 
 
 def _needs_k(command: Any) -> list[str]:
-    return ["-k", "2"] if any(p.required and "-k" in p.opts for p in command.params) else []
+    """``-k 2`` for a command that needs a k: -k required, or -k or --k-column (one of them)."""
+    needed = any(p.required and "-k" in p.opts for p in command.params) or any(
+        "--k-column" in p.opts for p in command.params)
+    return ["-k", "2"] if needed else []
 
 
 def _needs_input(command: Any) -> list[str]:
@@ -252,7 +255,7 @@ def test_no_bad_option_value_gets_pydantic_wording(tmp_path: Path, monkeypatch: 
     assert checked >= 100
     code, _, err = run_cli("compute", "-k", "abc", "--values", "3,2,1")
     assert code == 2
-    _one_line_error(err, "-k must be an integer, got 'abc'")
+    _one_line_error(err, "-k must be a number, got 'abc'")
     code, _, err = run_cli("compute", "-k", "2", "--tau", "x", "--values", "3,2,1")
     _one_line_error(err, "--tau must be a number, got 'x'")
     code, _, err = run_cli("compute", "-k", "2", "--format", "xml", "--values", "3,2,1")

@@ -8,6 +8,7 @@ decorator on every command) and become one line on stderr and exit code 2. Exit 
 from __future__ import annotations
 
 import _signal  # signal's C core, loaded with the interpreter: the handler is in place at once
+import math
 import os
 import sys
 
@@ -40,7 +41,7 @@ import signal  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from enum import Enum  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar, cast  # noqa: E402
 
 import typer  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
@@ -247,7 +248,33 @@ MethodOpt = Annotated[
         show_default=False,
     ),
 ]
-KOpt = Annotated[int, typer.Option("-k", metavar="K", help="How many entries to select (1 <= k <= n).", show_default=False)]
+KOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "-k", metavar="K",
+        help="How many entries to select: an integer 1 <= k <= n, or a real 0 < k <= n (e.g. -k 2.5) for the "
+        "methods that take one ('softtopk methods' says which). With -m all, a real k runs those methods "
+        "only and names the others skipped on stderr.",
+        show_default=False,
+    ),
+]
+KColumnOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--k-column", metavar="NAME",
+        help="Take each row's k from this column of INPUT (CSV/TSV with a header, JSON records or an object "
+        "of columns) instead of -k; the column is not a score. e.g. --k-column capacity.",
+        show_default=False,
+    ),
+]
+AxisOpt = Annotated[
+    str,
+    typer.Option(
+        "--axis", metavar="rows|columns",
+        help="rows: each row of INPUT is one vector (default); columns: each column is one vector, e.g. the "
+        "top-k tokens per expert (expert-choice routing): column names label the vectors, row names the entries.",
+    ),
+]
 TauOpt = Annotated[float, typer.Option("--tau", metavar="TAU", help="Temperature > 0: the operator acts on x / tau.")]
 FormatOpt = Annotated[
     OutputFormat,
@@ -484,10 +511,14 @@ def read_vectors(
     decimal: str | None = None,
     orient: str | None = None,
     header: bool | None = None,
+    k_column: str | None = None,
+    axis: str = "rows",
 ) -> list[LoadedInput]:
     """Load the vectors of every INPUT, or of ``--values`` (exactly one of them), one per source.
 
     Every layout choice a reader inferred is announced on stderr (``softtopk: note: ...``).
+    ``k_column`` (``--k-column``) gives each input's ``row_k``; ``axis="columns"`` (``--axis``)
+    reads each column of the table as one vector (not with ``k_column``).
 
     Raises:
         InputError: both or neither of INPUT and ``--values``; unreadable or invalid input.
@@ -512,11 +543,113 @@ def read_vectors(
         "column": column, "input_format": fmt, "index_col": index_col, "sep": sep, "decimal": decimal,
         "orient": orient,
     }
-    loaded = [load_input(None, values=values)] if not inputs else [load_input(path, header=header, **options) for path in inputs]
+    axis = check_axis(axis)
+    if k_column is not None and axis == "columns":
+        raise InvalidArgumentError(
+            "--k-column gives one k per row, and with --axis columns each vector is a column: give one k with -k"
+        )
+    if not inputs:
+        if k_column is not None:
+            raise InputError("--k-column reads a column of an input file; --values has no columns")
+        loaded = [load_input(None, values=values)]
+    else:
+        loaded = [load_input(path, header=header, k_column=k_column, **options) for path in inputs]
+    if axis == "columns":
+        from topk_cli.inputs import vectors_by_column
+
+        loaded = [vectors_by_column(data) for data in loaded]
     for data in loaded:
         for note in data.notes:
             typer.echo(f"softtopk: note: {data.source}: {note}", err=True)
     return loaded
+
+
+def check_axis(axis: str) -> str:
+    """``--axis``: ``rows`` or ``columns`` (case-insensitive)."""
+    value = axis.strip().lower()
+    if value not in ("rows", "columns"):
+        raise InvalidArgumentError(f"--axis must be rows or columns, got {axis!r}")
+    return value
+
+
+def k_number(k: float, option: str = "-k") -> int | float:
+    """``-k`` as given: an ``int`` when it is integral (``-k 2`` prints as 2), else the real number."""
+    value = float(k)
+    if not math.isfinite(value):
+        raise InvalidArgumentError(f"{option} must be a finite number, got {k!r}")
+    if value.is_integer():
+        return int(value)  # its range (1 <= k <= n) is checked with the input
+    if value <= 0:
+        raise InvalidArgumentError(f"{option} must satisfy 0 < k <= n for a real k, got {value:g}")
+    return value
+
+
+def all_requested(method: list[str] | None, *, default: list[str]) -> bool:
+    """Whether ``-m`` asked for every method (``-m all``, or no ``-m`` where the default is all)."""
+    parts = [part.strip() for name in (method or []) for part in name.split(",") if part.strip()]
+    return "all" in (parts or default)
+
+
+def methods_for_k(names: list[str], non_integer: str | None, *, asked_all: bool) -> list[str]:
+    """The methods of ``names`` that can run at the k given.
+
+    ``non_integer`` says which k is not an integer (``"-k 2.5"``), None when every k is an
+    integer (then every method runs). A method defined only for an integer k is refused with a
+    usage error that names the methods that accept a real k; under ``-m all`` (``asked_all``)
+    such methods are skipped instead, and named on stderr, unless none would be left.
+    """
+    if non_integer is None:
+        return names
+    from topk_cli.registry import METHODS
+
+    integer_only = [name for name in names if METHODS[name].capabilities.integer_k]
+    if not integer_only:
+        return names
+    takers = [name for name, spec in METHODS.items() if not spec.capabilities.integer_k]
+    kept = [name for name in names if name not in integer_only]
+    if asked_all and kept:
+        typer.echo(f"softtopk: note: {non_integer} is not an integer: skipped {', '.join(integer_only)} "
+                   "(defined for an integer k only)", err=True)
+        return kept
+    verb = "takes" if len(integer_only) == 1 else "take"
+    raise usage_error(
+        f"{non_integer} is not an integer, and {', '.join(integer_only)} {verb} an integer k only; "
+        f"methods that accept a real k: {', '.join(takers) if takers else 'none'}"
+    )
+
+
+def non_integer_k(k: int | float | None, loaded: Sequence[LoadedInput] = ()) -> str | None:
+    """How to name the first k that is not an integer (``-k 2.5`` or a cell of ``--k-column``), or None."""
+    if k is not None:
+        return None if float(k).is_integer() else f"-k {float(k)!r}"
+    import numpy as np
+
+    for data in loaded:
+        if data.row_k is None:
+            continue
+        frac = data.row_k != np.floor(data.row_k)
+        if frac.any():
+            r = int(np.argmax(frac))
+            return f"k = {float(data.row_k[r])!r} (--k-column {data.k_column!r}, {data.source} row {r}, 0-based)"
+    return None
+
+
+def _non_integer_number(text: str) -> bool:
+    """``text`` is a finite number that is not an integer (``2.5``); anything else is checked later."""
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value > 0 and not value.is_integer()
+
+
+def one_k(k: float | None, k_column: str | None, *, required: bool = True) -> int | float | None:
+    """``-k`` or ``--k-column``, exactly one of them (``-k`` as :func:`k_number`)."""
+    if k is not None and k_column is not None:
+        raise usage_error("give -k K or --k-column NAME, not both")
+    if k is None and k_column is None and required:
+        raise usage_error("Missing option '-k' (or --k-column NAME: a k per row from a column of INPUT)")
+    return None if k is None else k_number(k)
 
 
 def one_input(loaded: list[LoadedInput], command: str) -> LoadedInput:
@@ -549,13 +682,16 @@ def methods(fmt: FormatOpt = OutputFormat.table, output: OutputOpt = None) -> No
         "  softtopk compute -m thre-sigmoid -m grad -k 2 sample_inputs/scores.csv\n"
         "  softtopk compute -m all -k 2 --values 3,2,1,4\n"
         "  softtopk compute -k 2 --format json -o weights.json sample_inputs/router_logits.csv\n"
-        "  cat sample_inputs/scores.json | softtopk compute -k 3 --format csv -"
+        "  cat sample_inputs/scores.json | softtopk compute -k 3 --format csv -\n"
+        "  softtopk compute -m thre-sigmoid -k 2.5 sample_inputs/scores.csv\n"
+        "  softtopk compute -m thre-sigmoid --k-column capacity sample_inputs/router_capacity.csv\n"
+        "  softtopk compute -m thre-laplace -k 2 --axis columns sample_inputs/router_logits.csv"
     ),
 )
 @boundary
 @method_options()
 def compute(
-    k: KOpt,
+    k: KOpt = None,
     input: InputArg = None,
     method: MethodOpt = None,
     tau: TauOpt = 1.0,
@@ -567,6 +703,8 @@ def compute(
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
     header: HeaderOpt = None,
+    k_column: KColumnOpt = None,
+    axis: AxisOpt = "rows",
     with_jacobian: Annotated[
         bool, typer.Option("--jacobian", help="Add d p / d x per row (JSON; table for n <= 8).")
     ] = False,
@@ -594,15 +732,20 @@ def compute(
     from topk_cli.comparison import build_compute_report
     from topk_cli.render.compute import compute_failure_summary, compute_warnings, render_compute_many
 
-    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header)
+    k_given = one_k(k, k_column)
+    asked_all = all_requested(method, default=[DEFAULT_METHOD])
+    names = methods_for_k(resolve_methods(method, default=[DEFAULT_METHOD]), non_integer_k(k_given), asked_all=asked_all)
+    loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header,
+                          k_column=k_column, axis=axis)
+    if k_given is None:  # --k-column: its values decide which methods can run
+        names = methods_for_k(names, non_integer_k(None, loaded), asked_all=asked_all)
     from topk_cli.registry import check_method_params
 
-    names = resolve_methods(method, default=[DEFAULT_METHOD])
     params = check_method_params(names, method_params or {})
     reports = [
         build_compute_report(
-            d, k=k, methods=names, tau=tau, with_jacobian=with_jacobian, with_sum=with_sum, params=params,
-            hardness=hardness,
+            d, k=k_given if k_given is not None else cast(Any, d.row_k), methods=names, tau=tau, with_jacobian=with_jacobian,
+            with_sum=with_sum, params=params, hardness=hardness,
         )
         for d in loaded
     ]
@@ -640,7 +783,9 @@ def verify_properties_command(
     input: InputArg = None,
     method: MethodOpt = None,
     k: Annotated[
-        Optional[int], typer.Option("-k", help="Fixed k (default: vary k = 1, 2, n/3, n-1, n).", show_default=False)
+        Optional[float],
+        typer.Option("-k", help="Fixed k, an integer or a real one (e.g. 2.5) for the methods that take it "
+                     "(default: vary k = 1, 2, n/3, n-1, n).", show_default=False),
     ] = None,
     tau: TauOpt = 1.0,
     values: ValuesOpt = None,
@@ -666,7 +811,7 @@ def verify_properties_command(
 
     import numpy as np
 
-    from topk_cli.api import check_k, check_tau
+    from topk_cli.api import check_k, check_real_k, check_tau
     from topk_cli.errors import InvalidArgumentError
     from topk_cli.properties import verify_properties
     from topk_cli.render.common import ProgressReporter
@@ -675,8 +820,14 @@ def verify_properties_command(
     if trials < 1:
         raise InvalidArgumentError(f"--trials must be >= 1, got {trials}")
     check_tau(tau, name="--tau")
-    if k is not None:
-        check_k(k, name="-k")
+    k_given = None if k is None else k_number(k)
+    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given),
+                          asked_all=all_requested(method, default=["all"]))
+    if k_given is not None:
+        if isinstance(k_given, float):
+            check_real_k(k_given, name="-k")
+        else:
+            check_k(k_given, name="-k")
     vectors = None
     if input is not None or values is not None:
         loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header)
@@ -684,12 +835,11 @@ def verify_properties_command(
         if len(widths) > 1:
             raise InvalidArgumentError(f"the inputs hold vectors of different lengths {sorted(widths)}; check them one by one")
         vectors = np.concatenate([d.values for d in loaded])
-    names = resolve_methods(method, default=["all"])
     with ProgressReporter("verify-properties", enabled=stderr_is_terminal()) as progress:
         report = verify_properties(
-            names, vectors, k, tau=tau, trials=trials, seed=seed, progress=progress, jobs=resolve_jobs(jobs)
+            names, vectors, cast(Any, k_given), tau=tau, trials=trials, seed=seed, progress=progress, jobs=resolve_jobs(jobs)
         )
-    write_text(render_properties(report, fmt, color=color_enabled() and output is None, k=k), output)
+    write_text(render_properties(report, fmt, color=color_enabled() and output is None, k=k_given), output)
     if strict and report.claim_failures:
         for r in report.claim_failures:
             typer.echo(f"softtopk: {r.method} claims {r.property} but it fails: {r.detail}", err=True)
@@ -703,12 +853,14 @@ def verify_properties_command(
         "\b\nExamples:\n"
         "  softtopk temperature-sweep -k 2\n"
         "  softtopk temperature-sweep -k 2 -m all --taus 1e-3:1e3:13 --match 0.9 sample_inputs/scores.csv\n"
-        "  softtopk temperature-sweep -k 2 --values 3,2,1,0 --taus 0.01,0.1,1 --format json --plot sweep.png"
+        "  softtopk temperature-sweep -k 2 --values 3,2,1,0 --taus 0.01,0.1,1 --format json --plot sweep.png\n"
+        "  softtopk temperature-sweep -k 2.5 -m thre-sigmoid,thre-laplace --values 3,2,1,0\n"
+        "  softtopk temperature-sweep -m thre-laplace --k-column capacity sample_inputs/router_capacity.csv"
     ),
 )
 @boundary
 def temperature_sweep_command(
-    k: KOpt,
+    k: KOpt = None,
     input: InputArg = None,
     method: MethodOpt = None,
     values: ValuesOpt = None,
@@ -719,6 +871,7 @@ def temperature_sweep_command(
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
     header: HeaderOpt = None,
+    k_column: KColumnOpt = None,
     row: Annotated[
         Optional[int],
         typer.Option("--row", help="Sweep only this row of a batch (0-based); default: every row, aggregated.", show_default=False),
@@ -741,18 +894,32 @@ def temperature_sweep_command(
     Without INPUT or --values the vector 3,2,1.5,1,0,-1 is swept. A batch is swept as a whole (the
     mean over rows of each measurement, as --hardness defines hardness) unless --row picks one row.
     """
+    import dataclasses
+
     from topk_cli.analysis.sweep import DEFAULT_SWEEP_VECTOR, parse_taus, temperature_sweep
     from topk_cli.errors import InvalidArgumentError
     from topk_cli.render.common import ProgressReporter
     from topk_cli.render.sweep import render_plot_png, render_sweep
 
+    k_given = one_k(k, k_column)
+    asked_all = all_requested(method, default=["all"])
+    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given), asked_all=asked_all)
+    sweep_k: Any = k_given
     grid = parse_taus(taus)
     if input is None and values is None:
+        if k_column is not None:
+            raise InputError("--k-column reads a column of INPUT; the default vector has none")
         if row is not None and row != 0:
             raise InvalidArgumentError(f"--row selects a row of INPUT or --values; the default vector has only row 0, got {row}")
         x = list(DEFAULT_SWEEP_VECTOR)
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header), "temperature-sweep")
+        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header,
+                              k_column=k_column)
+        data = one_input(loaded, "temperature-sweep")
+        if data.row_k is not None:  # --k-column: each row's own k (one row's under --row)
+            ks = data.row_k if row is None or not 0 <= row < data.row_k.size else data.row_k[row : row + 1]
+            names = methods_for_k(names, non_integer_k(None, [dataclasses.replace(data, row_k=ks)]), asked_all=asked_all)
+            sweep_k = ks if row is None else float(ks[0])
         rows = data.values.shape[0]
         if row is None:
             x = data.values.tolist() if rows > 1 else data.values[0].tolist()
@@ -766,9 +933,8 @@ def temperature_sweep_command(
             raise InvalidArgumentError(f"--row must satisfy 0 <= row < {rows} (rows in {data.source}), got {row}")
         else:
             x = data.values[row].tolist()
-    names = resolve_methods(method, default=["all"])
     with ProgressReporter("temperature-sweep", enabled=stderr_is_terminal()) as progress:
-        result = temperature_sweep(x, k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
+        result = temperature_sweep(x, sweep_k, methods=names, taus=grid, match=match, hardness=hardness, progress=progress)
     png = render_plot_png(result, plot_format(plot)) if plot is not None else None
     write_text(render_sweep(result, fmt, color=color_enabled() and output is None), output)
     if png is not None and plot is not None:
@@ -782,7 +948,8 @@ def temperature_sweep_command(
         "\b\nExamples:\n"
         "  softtopk stability-probe\n"
         "  softtopk stability-probe -m grad-recursive -n 100 -k 2,10,0.5n --scales 0.1:100:7 --trials 50\n"
-        "  softtopk stability-probe -m all --dist student-t --offset 1e6 --format json --strict"
+        "  softtopk stability-probe -m all --dist student-t --offset 1e6 --format json --strict\n"
+        "  softtopk stability-probe -m thre-sigmoid -n 10,100 -k 1.5,2.5 --trials 5"
     ),
 )
 @boundary
@@ -790,7 +957,9 @@ def stability_probe_command(
     method: MethodOpt = None,
     n: Annotated[str, typer.Option("-n", help="Vector lengths, comma-separated.")] = "10,100,1000",
     k: Annotated[
-        str, typer.Option("-k", help="k values, comma-separated; '0.1n' is a fraction of n; k > n is skipped.")
+        str,
+        typer.Option("-k", help="k values, comma-separated; '0.1n' is a fraction of n; k > n is skipped; a real "
+                     "k (2.5) runs the methods that take one (by default the others are skipped, named on stderr)."),
     ] = "1,2,5,10,50",
     scales: Annotated[
         str, typer.Option("--scales", help="Spreads (std of x): LO:HI:COUNT log-spaced, ends included, or a,b,c.")
@@ -825,6 +994,8 @@ def stability_probe_command(
         raise InvalidArgumentError(f"-n must be positive integers separated by commas, got {n!r}") from None
     ks = [part.strip() for part in k.split(",") if part.strip()]
     names = resolve_methods(method, default=list(DEFAULT_METHODS))
+    real = next((part for part in ks if not part.lower().endswith("n") and _non_integer_number(part)), None)
+    names = methods_for_k(names, None if real is None else f"-k {real}", asked_all=all_requested(method, default=["all"]))
     with ProgressReporter("stability-probe", enabled=stderr_is_terminal()) as progress:
         report = stability_probe(
             methods=names, ns=ns, ks=ks, scales=parse_scales(scales), dist=dist, offset=offset,
@@ -936,12 +1107,13 @@ def train_probe_command(
         "\b\nExamples:\n"
         "  softtopk bench -B 1024 -n 64 -k 2\n"
         "  softtopk bench -B 1000 -n 1000 -k 10 -m thre-laplace -m grad --dtype float32 --format json\n"
-        "  softtopk bench -k 2 -m all sample_inputs/router_logits.csv"
+        "  softtopk bench -k 2 -m all sample_inputs/router_logits.csv\n"
+        "  softtopk bench -m thre-sigmoid --k-column capacity sample_inputs/router_capacity.csv"
     ),
 )
 @boundary
 def bench_command(
-    k: KOpt,
+    k: KOpt = None,
     input: InputArg = None,
     batch: Annotated[int, typer.Option("-B", "--batch", help="Rows of random normal scores (without INPUT).")] = 1000,
     n: Annotated[int, typer.Option("-n", help="Length of each random vector (without INPUT).")] = 1000,
@@ -955,6 +1127,8 @@ def bench_command(
     decimal: DecimalOpt = None,
     orient: OrientOpt = None,
     header: HeaderOpt = None,
+    k_column: KColumnOpt = None,
+    axis: AxisOpt = "rows",
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or float64: the dtype timed.")] = "float64",
     repeats: Annotated[int, typer.Option("--repeats", help="Repeats per measurement (the median is shown).")] = 5,
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory (tracemalloc).")] = True,
@@ -971,16 +1145,30 @@ def bench_command(
     from topk_cli.render.bench import render_bench
     from topk_cli.render.common import ProgressReporter
 
+    k_given = one_k(k, k_column)
+    asked_all = all_requested(method, default=["all"])
+    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given), asked_all=asked_all)
+    bench_k: Any = k_given
     if input is None and values is None:
+        if k_column is not None:
+            raise InputError("--k-column reads a column of INPUT; the random scores (-B, -n) have none")
+        if check_axis(axis) != "rows":
+            raise InvalidArgumentError("--axis columns reads the columns of INPUT; give an INPUT file")
         x = random_scores(batch, n, seed=seed, dtype=dtype)
         source = f"random normal scores (seed {seed})"
     else:
-        data = one_input(read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header), "bench")
+        loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header,
+                              k_column=k_column, axis=axis)
+        data = one_input(loaded, "bench")
+        if k_given is None:
+            from topk_cli.comparison import uniform_k
+
+            names = methods_for_k(names, non_integer_k(None, loaded), asked_all=asked_all)
+            bench_k = uniform_k(data.row_k) if data.row_k is not None else None
         x = data.values.astype(check_dtype(dtype))
         source = data.source
-    names = resolve_methods(method, default=["all"])
     with ProgressReporter("bench", enabled=stderr_is_terminal()) as progress:
-        report = bench(x, k, names, tau=tau, repeats=repeats, memory=memory, seed=seed, source=source,
+        report = bench(x, bench_k, names, tau=tau, repeats=repeats, memory=memory, seed=seed, source=source,
                        progress=progress)
     write_text(render_bench(report, fmt, color=color_enabled() and output is None), output)
 

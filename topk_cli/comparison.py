@@ -9,6 +9,7 @@ into text. Failures are recorded per row, never raised.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +70,9 @@ class MethodRun:
 class ComputeReport:
     """Everything ``compute`` prints: the input, the hard top-k and one run per method."""
 
-    k: int
+    #: One k for every row (an int, or a float for a real k), or one per row (``--k-column``
+    #: values that differ): a ``(rows,)`` array.
+    k: int | float | NDArray[np.float64]
     tau: float
     data: LoadedInput
     hard: NDArray[np.float64]
@@ -91,7 +94,7 @@ class ComputeReport:
 def build_compute_report(
     data: LoadedInput,
     *,
-    k: int,
+    k: int | float | NDArray[np.float64],
     methods: Sequence[str],
     tau: float,
     with_jacobian: bool = False,
@@ -114,17 +117,23 @@ def build_compute_report(
     """
     x = data.values
     rows, n = x.shape
-    check_k(k, name="-k")
+    k = uniform_k(k)
     check_tau(tau, name="--tau")
-    if k > n:
-        raise InputError(f"{data.source}: the vectors have n={n} entries, fewer than k={k}")
-    unmasked = np.isfinite(x).sum(axis=1)
-    if (unmasked < k).any():
-        r = int(np.argmax(unmasked < k))
-        raise InputError(
-            f"{data.source}: {row_label(data, r)} has only {unmasked[r]} unmasked entries "
-            f"(-inf = masked), fewer than k={k}"
-        )
+    if not isinstance(k, np.ndarray):
+        if isinstance(k, float):  # a real k: 0 < k <= n (the method's own rule is checked by the API)
+            if not (math.isfinite(k) and k > 0):
+                raise InvalidArgumentError(f"-k must satisfy 0 < k <= n for a real k, got {k:g}")
+        else:
+            check_k(k, name="-k")
+        if k > n:
+            raise InputError(f"{data.source}: the vectors have n={n} entries, fewer than k={k:g}")
+        unmasked = np.isfinite(x).sum(axis=1)
+        if (unmasked < k).any():
+            r = int(np.argmax(unmasked < k))
+            raise InputError(
+                f"{data.source}: {row_label(data, r)} has only {unmasked[r]} unmasked entries "
+                f"(-inf = masked), fewer than k={k:g}"
+            )
     if with_jacobian and rows * n * n * len(methods) > MAX_JACOBIAN_NUMBERS:
         raise InvalidArgumentError(
             f"--jacobian would hold {rows * n * n * len(methods):.3g} numbers ({rows} rows, n={n}, "
@@ -168,7 +177,7 @@ def build_compute_report(
             if total.potential is not None:
                 potential = np.asarray(total.potential, dtype=np.float64).reshape(rows)
         outlook = None
-        if spec.stability is not None:
+        if spec.stability is not None and isinstance(k, int):  # the model takes one integer k
             with np.errstate(all="ignore"):
                 outlook = spec.stability.outlook(scaled_scores(x, k, tau=run_tau), k, None)
         runs.append(
@@ -186,8 +195,21 @@ def build_compute_report(
     )
 
 
+def uniform_k(k: int | float | NDArray[np.float64]) -> int | float | NDArray[np.float64]:
+    """``k`` as one number when every row has the same (an ``int`` when integral), else the ``(rows,)`` array."""
+    if isinstance(k, np.ndarray):
+        values = np.asarray(k, dtype=np.float64).reshape(-1)
+        if values.size and bool(np.all(values == values[0])):
+            k = float(values[0])
+        else:
+            return values
+    if isinstance(k, (float, np.floating)) and float(k).is_integer():
+        return int(k)
+    return k
+
+
 def _jacobian_rows(
-    x: NDArray[np.float64], k: int, method: str, tau: float, status: NDArray[np.str_], params: dict[str, Any]
+    x: NDArray[np.float64], k: Any, method: str, tau: float, status: NDArray[np.str_], params: dict[str, Any]
 ) -> tuple[NDArray[np.float64], tuple[RowFailure, ...]]:
     """Jacobians ``(B, n, n)`` of the rows whose weights are ok (NaN elsewhere). A row whose
     derivative fails is a per-row failure: its status (updated in place) becomes the failure's
@@ -198,23 +220,28 @@ def _jacobian_rows(
     if ok.size == 0:
         return jac, ()
     try:
-        jac[ok] = jacobian(x[ok], k, method, tau=tau, **params)
+        jac[ok] = jacobian(x[ok], _rows_k(k, ok), method, tau=tau, **params)
         return jac, ()
     except NumericalFailureError as exc:
         bad = {ok[f.row[0]] for f in exc.failures if f.row}
     failures = []
     for r in ok:
         if r not in bad:
-            jac[r] = jacobian(x[r], k, method, tau=tau, **params)
+            jac[r] = jacobian(x[r], _rows_k(k, r), method, tau=tau, **params)
             continue
         try:  # the batch call named the row; confirm it alone (and get its own diagnosis)
-            jac[r] = jacobian(x[r], k, method, tau=tau, **params)
+            jac[r] = jacobian(x[r], _rows_k(k, r), method, tau=tau, **params)
         except NumericalFailureError as exc:
             failure = exc.failures[0]
             status[r] = failure.code
             failures.append(RowFailure(method=method, row=(int(r),), code=failure.code,
                                        detail=f"Jacobian: {failure.detail}", level=failure.level, value=failure.value))
     return jac, tuple(failures)
+
+
+def _rows_k(k: Any, rows: Any) -> Any:
+    """The k of ``rows`` (an index array or one row): per-row k is indexed, one k is shared."""
+    return k[rows] if isinstance(k, np.ndarray) else k
 
 
 def row_title(data: LoadedInput, row: int) -> str:

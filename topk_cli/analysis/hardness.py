@@ -4,7 +4,11 @@ The *hardness* of ``p = ST(x / tau)`` on a batch of rows is its mean top-k mass
 
     H(tau) = mean over rows of  sum_i h_i p_i / k,
 
-with ``h = T_k(x)`` the hard top-k (ties at the k-th value share the remaining mass). ``H`` goes
+with ``h = T_k(x)`` the hard top-k (ties at the k-th value share the remaining mass). For a real
+k (a method that takes one), ``h`` is the real-k hard selection (1 on the top ``floor(k)``
+entries, ``k - floor(k)`` on the next) and the mass is ``sum_i h_i p_i / (floor(k) + (k -
+floor(k))^2)``: the share of ``p`` on that selection, scaled so that ``p = h`` has mass 1 (at an
+integer k the divisor is k, the formula above). ``H`` goes
 from ``k/n`` (uniform weights, ``tau -> infinity``) to 1 (hard top-k, ``tau -> 0``) for the exact
 operators. The same ``tau`` gives very different hardness across operators (a 16x to 250x spread
 of tau at equal mass on standardised scores), so operators are compared at equal ``H``, not at
@@ -98,7 +102,7 @@ class _MassCurve:
     """Mean top-k mass of one method on one batch, cached per tau."""
 
     def __init__(
-        self, x: FloatArray, k: int, method: str, hard: FloatArray, params: Mapping[str, Any] | None = None
+        self, x: FloatArray, k: Any, method: str, hard: FloatArray, params: Mapping[str, Any] | None = None
     ) -> None:
         self.x, self.k, self.method, self.hard = x, k, method, hard
         self.params: dict[str, Any] = dict(params or {})
@@ -119,12 +123,33 @@ class _MassCurve:
         if not ok.any():
             return _Point(tau, None, refused)
         p = np.asarray(r.weights, dtype=np.float64).reshape(self.hard.shape)[ok]
-        mass = float(np.mean(np.sum(self.hard[ok] * p, axis=-1)) / self.k)
-        return _Point(tau, mass, refused)
+        k = self.k[ok] if isinstance(self.k, np.ndarray) else self.k
+        return _Point(tau, mean_topk_mass(self.hard[ok], p, k), refused)
 
 
-def _batch(x: ArrayLike, k: int) -> tuple[FloatArray, int, FloatArray]:
-    """``x`` as a ``(B, n)`` float64 batch, ``k`` as an int, and the hard top-k (validates all)."""
+def selection_norm(k: Any) -> Any:
+    """``sum_i h_i^2`` of the hard selection of an untied row: ``floor(k) + (k - floor(k))^2`` (k at an
+    integer k); elementwise for an array of k (one per row)."""
+    whole = np.floor(k)
+    norm = whole + (k - whole) ** 2
+    return norm if isinstance(k, np.ndarray) else float(norm)
+
+
+def mean_topk_mass(hard: FloatArray, p: FloatArray, k: Any) -> float:
+    """Mean over the rows of ``sum_i h_i p_i``, divided by :func:`selection_norm` (by ``k`` for an
+    integer k, bit for bit the integer formula): the top-k mass of the module docstring. ``k`` is
+    one k, or one per row of ``hard`` (each row divided by its own)."""
+    if isinstance(k, np.ndarray):
+        return float(np.mean(np.sum(hard * p, axis=-1) / selection_norm(np.asarray(k, dtype=np.float64))))
+    total = np.mean(np.sum(hard * p, axis=-1))
+    if isinstance(k, (int, np.integer)) or float(k).is_integer():
+        return float(total / int(k))
+    return float(total / selection_norm(float(k)))
+
+
+def _batch(x: ArrayLike, k: Any) -> tuple[FloatArray, Any, FloatArray]:
+    """``x`` as a ``(B, n)`` float64 batch, ``k`` (an int, a float for a real k, or a ``(B,)``
+    float64 array: one k per row), and the hard top-k (validates all)."""
     try:
         arr = np.array(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -133,12 +158,24 @@ def _batch(x: ArrayLike, k: int) -> tuple[FloatArray, int, FloatArray]:
         raise InvalidArgumentError("x must have at least one axis (a vector), got a scalar")
     hard = np.asarray(soft_topk(arr, k, BASELINE_METHOD), dtype=np.float64)  # validates x and k
     n = arr.shape[-1]
-    return arr.reshape(-1, n), int(k), hard.reshape(-1, n)
+    if isinstance(k, (np.ndarray, list, tuple)):
+        rows = arr.reshape(-1, n).shape[0]
+        k_out: Any = np.broadcast_to(np.asarray(k, dtype=np.float64), arr.shape[:-1]).reshape(rows).copy()
+    else:
+        k_out = int(k) if float(k).is_integer() else float(k)
+    return arr.reshape(-1, n), k_out, hard.reshape(-1, n)
 
 
-def uniform_mass(x: FloatArray, k: int) -> float:
-    """Mean top-k mass of uniform weights over the unmasked entries: ``mean(k / n_row)``."""
-    return float(np.mean(k / np.isfinite(x).sum(axis=-1)))
+def uniform_mass(x: FloatArray, k: Any) -> float:
+    """Mean top-k mass of uniform weights over the unmasked entries: ``mean(k / n_row)`` (times
+    ``k / selection_norm(k)`` for a real k, since the hard selection sums to k); ``k`` may hold one
+    k per row."""
+    base = k / np.isfinite(x).sum(axis=-1)
+    if isinstance(k, np.ndarray):
+        return float(np.mean(base * (k / selection_norm(k))))
+    if isinstance(k, (int, np.integer)) or float(k).is_integer():
+        return float(np.mean(base))
+    return float(np.mean(base * (k / selection_norm(float(k)))))
 
 
 def tau_grid(x: FloatArray) -> tuple[float, ...]:
@@ -152,7 +189,7 @@ def tau_grid(x: FloatArray) -> tuple[float, ...]:
     return tuple(scale * 10.0 ** (GRID_TOP - j / GRID_PER_DECADE) for j in range(count))
 
 
-def topk_mass(x: ArrayLike, k: int, method: str, tau: float, **params: Any) -> tuple[float | None, float]:
+def topk_mass(x: ArrayLike, k: float, method: str, tau: float, **params: Any) -> tuple[float | None, float]:
     """``(mean top-k mass over the rows computed, share of rows refused)`` of ``method`` at ``tau``.
 
     The mass is None when no row could be computed; ``params`` go to the method (e.g. ``samples``).
@@ -169,7 +206,7 @@ def topk_mass(x: ArrayLike, k: int, method: str, tau: float, **params: Any) -> t
 
 def calibrate_hardness(
     x: ArrayLike,
-    k: int,
+    k: float,
     method: str,
     targets: Sequence[float],
     *,
@@ -228,7 +265,7 @@ def calibrate_hardness(
 
 
 def tau_for_hardness(
-    x: ArrayLike, k: int, method: str, hardness: float, *, max_refused: float = DEFAULT_MAX_REFUSED, **params: Any
+    x: ArrayLike, k: Any, method: str, hardness: float, *, max_refused: float = DEFAULT_MAX_REFUSED, **params: Any
 ) -> HardnessMatch:
     """The largest tau at which ``method`` puts a mean share ``hardness`` of its mass on the true top-k.
 

@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -117,7 +118,7 @@ class CellResult:
 
     method: str
     n: int
-    k: int
+    k: int | float
     scale: float
     trials: int
     failures: int
@@ -144,7 +145,7 @@ class Boundary:
 
     method: str
     n: int
-    k: int
+    k: int | float
     first_failing_scale: float | None
     predicted_scale: float | None = None
     first_breaking_scale: float | None = None
@@ -240,7 +241,7 @@ class _Batch:
     max_error: float
 
 
-def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: int, tau: float, tol: float, ctx: ReferenceContext,
+def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: float, tau: float, tol: float, ctx: ReferenceContext,
               order: _ScoreOrder) -> _Batch:
     claims = spec.guarantees
     result = evaluate(x, k, spec.name, tau=tau)
@@ -270,7 +271,10 @@ def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: int, tau: float
                 failed |= bad
     max_error = math.nan
     if spec.probe.compute is not None:
-        ref, trusted = ctx.reference(spec.probe.compute, k) if ctx.z is z else spec.probe.compute(z, k, ctx)
+        # a real k reaches only the methods that take one; the threshold references (a bisection on
+        # sum f(z - lambda) = k) hold for any k > 0, the others are typed for an integer k
+        k_ref = cast(int, k)
+        ref, trusted = ctx.reference(spec.probe.compute, k_ref) if ctx.z is z else spec.probe.compute(z, k_ref, ctx)
         with np.errstate(invalid="ignore"):
             err = np.max(np.abs(p - ref), axis=-1)
             beyond = np.any(np.abs(p - ref) > tol + slack, axis=-1)
@@ -334,7 +338,7 @@ class _Unit:
 
     names: tuple[str, ...]
     n: int
-    ks: tuple[int, ...]
+    ks: tuple[int | float, ...]
     scale: float
     dist: str
     offset: float
@@ -368,7 +372,7 @@ def _run_unit(u: _Unit) -> list[CellResult]:
         raise InvalidArgumentError(f"offset + scale * draw overflows float64 (scale={u.scale:g})")
     z = scaled_scores(x, 1, tau=u.tau)
     # one O(n kmax) GradTopK program per (n, scale), shared by every k and method
-    ctx = ReferenceContext(z, max(u.ks))
+    ctx = ReferenceContext(z, math.ceil(max(u.ks)))
     order = _score_order(z)  # the scores' order, shared by every k
     cells = []
     for k in u.ks:
@@ -377,7 +381,8 @@ def _run_unit(u: _Unit) -> list[CellResult]:
             try:
                 with shared_trace():  # the trace of the recursion the forward pass ran, not a rerun
                     batch = _classify(spec, x, z, k, u.tau, u.tolerance, ctx, order)
-                    detection = _detect(spec, z, k, ctx)
+                    # a stability model is that of an integer-only method (grad-recursive)
+                    detection = _detect(spec, z, k, ctx) if isinstance(k, int) else None
             except MemoryError as exc:  # the estimate above covers the probe, not every method
                 raise InvalidArgumentError(
                     f"the cell n={u.n}, k={k} with {u.trials} trials needs more memory than is available "
@@ -396,7 +401,7 @@ def stability_probe(
     *,
     methods: Sequence[str] = DEFAULT_METHODS,
     ns: Sequence[int] = (10, 100, 1000),
-    ks: Sequence[str | int] = (1, 2, 5, 10, 50),
+    ks: Sequence[str | int | float] = (1, 2, 5, 10, 50),
     scales: Sequence[float] = parse_scales("0.1:1e4:13"),
     dist: str = "normal",
     offset: float = 0.0,
@@ -460,7 +465,7 @@ def stability_probe(
         _Unit(group, n, tuple(grid[n]), scale, dist, float(offset), int(trials), int(seed), float(tau), float(tolerance))
         for n in n_list if grid[n] for scale in scale_list for group in _method_groups(names)
     ]
-    found: dict[tuple[str, int, int, float], CellResult] = {}
+    found: dict[tuple[str, int, int | float, float], CellResult] = {}
     for unit_cells in parallel_map(_run_unit, units, jobs=jobs, progress=progress, cost=_unit_cost):
         for cell in unit_cells:
             found[(cell.method, cell.n, cell.k, cell.scale)] = cell

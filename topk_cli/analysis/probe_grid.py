@@ -61,16 +61,17 @@ def parse_scales(spec: str) -> tuple[float, ...]:
     return tuple(sorted(set(values)))
 
 
-def resolve_k(spec: str, n: int) -> int | None:
-    """``k`` for length ``n`` from ``"5"`` or a fraction of n ``"0.1n"``; None when k > n.
+def resolve_k(spec: str, n: int) -> int | float | None:
+    """``k`` for length ``n`` from ``"5"``, a real ``"2.5"`` (for the methods that take a real k)
+    or a fraction of n ``"0.1n"``; None when k > n.
 
-    A fraction gives ``max(1, round(f * n))``.
+    A fraction gives ``max(1, round(f * n))``; an integral real (``"2.0"``) is the integer.
 
     Raises:
-        InvalidArgumentError: not a positive integer or a fraction in (0, 1] followed by ``n``.
+        InvalidArgumentError: not a number > 0 or a fraction in (0, 1] followed by ``n``.
 
-    >>> resolve_k("0.1n", 100), resolve_k("5", 3), resolve_k("1n", 7)
-    (10, None, 7)
+    >>> resolve_k("0.1n", 100), resolve_k("5", 3), resolve_k("1n", 7), resolve_k("2.5", 10)
+    (10, None, 7, 2.5)
     """
     text = spec.strip().lower()
     try:
@@ -79,12 +80,16 @@ def resolve_k(spec: str, n: int) -> int | None:
             if not 0 < frac <= 1:
                 raise ValueError
             return max(1, round(frac * n))
-        value = int(text)
-        if value < 1:
+        number = float(text)
+        if not (math.isfinite(number) and number > 0) or "_" in text:
+            raise ValueError
+        value: int | float = int(number) if number.is_integer() else number
+        if isinstance(value, int) and value < 1:
             raise ValueError
     except ValueError:
         raise InvalidArgumentError(
-            f"k must be a positive integer or a fraction of n like '0.1n' (0 < fraction <= 1), got {spec!r}"
+            f"k must be a number > 0 (an integer, or a real k for the methods that take one) or a fraction of n "
+            f"like '0.1n' (0 < fraction <= 1), got {spec!r}"
         ) from None
     return value if value <= n else None
 
@@ -144,11 +149,11 @@ def probe_memory(names: Sequence[str], n: int, kmax: int, trials: int) -> int:
     return total
 
 
-def _check_memory(names: Sequence[str], grid: Mapping[int, Sequence[int]], trials: int) -> None:
+def _check_memory(names: Sequence[str], grid: Mapping[int, Sequence[int | float]], trials: int) -> None:
     for n, ks in grid.items():
         if not ks:
             continue
-        need = probe_memory(names, n, max(ks), trials)
+        need = probe_memory(names, n, math.ceil(max(ks)), trials)
         if need > MAX_PROBE_BYTES:
             raise InvalidArgumentError(
                 f"the grid is too large: n={n}, k up to {max(ks)} and {trials} trials need about "

@@ -5,7 +5,8 @@ measures, with ``p = ST(x / tau)`` and ``h = T_k(x)`` the hard top-k (ties at th
 share the remaining mass):
 
 * ``l1_to_hard = sum_i |p_i - h_i|`` and ``max_entry_error = max_i |p_i - h_i|``;
-* ``topk_mass = sum_i h_i p_i / k``: the share of the mass ``k`` that sits on the true top-k;
+* ``topk_mass = sum_i h_i p_i / k``: the share of the mass ``k`` that sits on the true top-k
+  (for a real k, divided by ``floor(k) + (k - floor(k))^2`` instead: see ``topk_cli.analysis.hardness``);
 * ``entropy = -sum_i (p_i / k) log(p_i / k)`` in nats: ``log k`` at hard top-k (distinct
   values), ``log n`` at the uniform ``k/n``;
 * ``jacobian_norm = ||dp/dx||_F`` (includes ``1/tau``), and ``small_gradient_fraction``: the
@@ -35,12 +36,13 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from topk_cli.analysis.hardness import HardnessMatch, tau_for_hardness, uniform_mass
-from topk_cli.api import check_k, check_tau, evaluate, get_method, jacobian
+from topk_cli.analysis.hardness import HardnessMatch, mean_topk_mass, tau_for_hardness, uniform_mass
+from topk_cli.api import check_k, check_real_k, check_tau, evaluate, get_method, jacobian
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError
 from topk_cli.operators._base import FloatArray
 from topk_cli.operators.hard import hard_topk_weights
@@ -120,7 +122,7 @@ class SweepResult:
     """
 
     x: tuple[float, ...]
-    k: int
+    k: int | float | tuple[float, ...]  # one k, or one per row of a batch (``--k-column``)
     taus: tuple[float, ...]
     hard: tuple[float, ...]
     points: tuple[SweepPoint, ...]
@@ -183,21 +185,23 @@ def _status(codes: FloatArray | np.ndarray) -> str:
 
 
 def _jacobian_rows(
-    method: str, x: FloatArray, k: int, tau: float
+    method: str, x: FloatArray, k: Any, tau: float
 ) -> tuple[list[FloatArray | None], list[str]]:
     """Per row: its Jacobian (None where not representable) and ``"ok"`` or the failure code."""
     n = x.shape[-1]
     chunk = max(1, JACOBIAN_CHUNK // (n * n))
     jacs: list[FloatArray | None] = []
     codes: list[str] = []
+    per_row = isinstance(k, np.ndarray)
     for start in range(0, x.shape[0], chunk):
         part = x[start:start + chunk]
+        part_k = k[start:start + chunk] if per_row else k
         try:
-            block = jacobian(part, k, method, tau=tau).astype(np.float64)
+            block = jacobian(part, part_k, method, tau=tau).astype(np.float64)
         except NumericalFailureError:  # forward fine, derivative not representable in some row
-            for row in part:
+            for i, row in enumerate(part):
                 try:
-                    jacs.append(jacobian(row, k, method, tau=tau).astype(np.float64))
+                    jacs.append(jacobian(row, part_k[i] if per_row else k, method, tau=tau).astype(np.float64))
                     codes.append("ok")
                 except NumericalFailureError as exc:
                     jacs.append(None)
@@ -208,7 +212,7 @@ def _jacobian_rows(
     return jacs, codes
 
 
-def _measure(method: str, x: FloatArray, k: int, tau: float, hard: FloatArray) -> SweepPoint:
+def _measure(method: str, x: FloatArray, k: Any, tau: float, hard: FloatArray) -> SweepPoint:
     """One method at one tau on the batch ``x`` ``(B, n)``: means over the rows computed."""
     r = evaluate(x, k, method, tau=tau)
     codes = np.asarray(r.status).reshape(-1)
@@ -220,7 +224,11 @@ def _measure(method: str, x: FloatArray, k: int, tau: float, hard: FloatArray) -
     p = np.asarray(r.weights, dtype=np.float64).reshape(x.shape)[ok]
     h = hard[ok]
     err = np.abs(p - h)
-    w = p / k
+    if isinstance(k, np.ndarray):  # one k per row: the rows computed keep theirs
+        k = k[ok]
+        w = p / k[:, None]
+    else:
+        w = p / k
     with np.errstate(divide="ignore", invalid="ignore"):  # 0 log 0 = 0 by convention
         entropy = -np.sum(np.where(w > 0, w * np.log(w), 0.0), axis=-1)
     jacs, jac_codes = _jacobian_rows(method, x[ok], k, tau)
@@ -234,7 +242,7 @@ def _measure(method: str, x: FloatArray, k: int, tau: float, hard: FloatArray) -
     return SweepPoint(
         method=method, tau=tau, status=status,
         l1_to_hard=float(np.mean(err.sum(axis=-1))),
-        topk_mass=float(np.mean(np.sum(h * p, axis=-1)) / k),
+        topk_mass=mean_topk_mass(h, p, k),
         max_entry_error=float(err.max()),
         entropy=float(np.mean(entropy)),
         jacobian_norm=jac_norm,
@@ -271,7 +279,7 @@ def _rounded(p: FloatArray) -> tuple[float, ...]:
     return tuple(float(v) for v in np.round(p, LIMIT_DECIMALS) + 0.0)
 
 
-def _limit(method: str, x: FloatArray, k: int, hard: FloatArray) -> SweepLimit:
+def _limit(method: str, x: FloatArray, k: Any, hard: FloatArray) -> SweepLimit:
     """Both limits on the batch ``x`` ``(B, n)``: per-row vectors, worst error over the rows."""
     small, large = limit_taus(x)
     r0 = evaluate(x, k, method, tau=small)
@@ -293,7 +301,8 @@ def _limit(method: str, x: FloatArray, k: int, hard: FloatArray) -> SweepLimit:
     uniform: bool | None = None
     if okl.any():
         finite = np.isfinite(x[okl])
-        uniform_value = k / finite.sum(axis=-1, keepdims=True)
+        k_rows = k[okl, None] if isinstance(k, np.ndarray) else k
+        uniform_value = k_rows / finite.sum(axis=-1, keepdims=True)
         uniform = bool(np.max(np.where(finite, np.abs(pl[okl] - uniform_value), 0.0)) <= 1e-4)
     return SweepLimit(
         method, converges, rows0[0] if len(rows0) == 1 else None, small, status, err,
@@ -301,7 +310,7 @@ def _limit(method: str, x: FloatArray, k: int, hard: FloatArray) -> SweepLimit:
     )
 
 
-def _match(method: str, x: FloatArray, k: int, target: float) -> SweepMatch:
+def _match(method: str, x: FloatArray, k: Any, target: float) -> SweepMatch:
     """``--match``: the tau of mean top-k mass ``target``, by the one hardness solver."""
     hm = tau_for_hardness(x, k, method, target)
     return SweepMatch(method, target, hm.tau, hm.mass, hm.status, hm.reason)
@@ -309,7 +318,7 @@ def _match(method: str, x: FloatArray, k: int, target: float) -> SweepMatch:
 
 def temperature_sweep(
     x: ArrayLike,
-    k: int,
+    k: Any,
     *,
     methods: Sequence[str] | None = None,
     taus: Sequence[float] | str = DEFAULT_TAUS,
@@ -323,7 +332,8 @@ def temperature_sweep(
         x: one score vector ``(n,)`` or a batch ``(B, n)`` (every row one instance; the
             measurements are then aggregated over the rows, see :class:`SweepPoint`); ``-inf``
             masks an entry.
-        k: ``1 <= k <= n``.
+        k: ``1 <= k <= n``; a real ``0 < k <= n`` for the methods that take one; or one k per
+            row of a batch (a sequence of B numbers, each in its row's range).
         methods: registered names (default: all).
         taus: temperatures, or text for :func:`parse_taus`.
         match: a mean top-k mass in ``(k/n, 1)``: the tau per method that reaches it is reported
@@ -345,12 +355,25 @@ def temperature_sweep(
     batch = arr.reshape(-1, arr.shape[-1])
     if np.isnan(batch).any() or (batch == np.inf).any():
         raise InvalidArgumentError("x must not contain NaN or +inf (use -inf to mask an entry)")
-    n_finite = int(np.isfinite(batch).sum(axis=-1).min())
-    k = check_k(k, n_finite)
+    counts = np.isfinite(batch).sum(axis=-1)
+    if isinstance(k, (np.ndarray, list, tuple)):  # one k per row
+        ks = np.asarray(k, dtype=np.float64).reshape(-1)
+        if ks.shape != (batch.shape[0],):
+            raise InvalidArgumentError(f"k must be one number or one per row ({batch.shape[0]}), got shape {ks.shape}")
+        for row, value in enumerate(ks.tolist()):
+            if value.is_integer():
+                check_k(value, int(counts[row]), name=f"k of row {row}")
+            else:
+                check_real_k(value, int(counts[row]), name=f"k of row {row}")
+        k = ks if not bool(np.all(ks == ks[0])) else (int(ks[0]) if float(ks[0]).is_integer() else float(ks[0]))
+    if not isinstance(k, np.ndarray):
+        n_finite = int(counts.min())
+        k_real = isinstance(k, (float, np.floating)) and not float(k).is_integer()
+        k = check_real_k(k, n_finite) if k_real else check_k(k, n_finite)
     grid = parse_taus(taus) if isinstance(taus, str) else tuple(float(t) for t in taus)
     for t in grid:
         check_tau(t)
-    low = uniform_mass(batch, int(k))
+    low = uniform_mass(batch, k)
     for option, value in (("match", match), ("hardness", hardness)):
         if value is not None and not (isinstance(value, (int, float)) and low < value < 1.0):
             raise InvalidArgumentError(
@@ -362,25 +385,25 @@ def temperature_sweep(
     hard = np.zeros_like(batch)
     for row, values in enumerate(batch):
         finite = np.isfinite(values)
-        hard[row, finite] = hard_topk_weights(values[finite], int(k))
+        hard[row, finite] = hard_topk_weights(values[finite], k[row] if isinstance(k, np.ndarray) else k)
     points: list[SweepPoint] = []
     limits: list[SweepLimit] = []
     matches: list[SweepMatch] = []
     at_hardness: list[tuple[HardnessMatch, SweepPoint | None]] = []
     for i, name in enumerate(names):
         if hardness is not None:
-            hm = tau_for_hardness(batch, int(k), name, hardness)
-            at_hardness.append((hm, _measure(name, batch, int(k), hm.tau, hard) if hm.tau is not None else None))
-        points.extend(_measure(name, batch, int(k), tau, hard) for tau in grid)
-        limits.append(_limit(name, batch, int(k), hard))
+            hm = tau_for_hardness(batch, k, name, hardness)
+            at_hardness.append((hm, _measure(name, batch, k, hm.tau, hard) if hm.tau is not None else None))
+        points.extend(_measure(name, batch, k, tau, hard) for tau in grid)
+        limits.append(_limit(name, batch, k, hard))
         if match is not None:
-            matches.append(_match(name, batch, int(k), match))
+            matches.append(_match(name, batch, k, match))
         if progress is not None:
             progress(i + 1, len(names))
     rows = tuple(tuple(float(v) for v in r) for r in batch)
     hard_rows = tuple(tuple(float(v) for v in r) for r in hard)
     return SweepResult(
-        x=rows[0] if len(rows) == 1 else (), k=int(k), taus=grid, hard=hard_rows[0] if len(rows) == 1 else (),
+        x=rows[0] if len(rows) == 1 else (), k=tuple(k.tolist()) if isinstance(k, np.ndarray) else k, taus=grid, hard=hard_rows[0] if len(rows) == 1 else (),
         points=tuple(points), limits=tuple(limits), matches=tuple(matches), at_hardness=tuple(at_hardness),
         rows=rows, hard_rows=hard_rows, batch=len(rows) > 1,
     )

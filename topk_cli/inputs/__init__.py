@@ -37,9 +37,18 @@ from topk_cli.catalog import (  # input formats: defined without numpy for the C
 from topk_cli.errors import InputError
 from topk_cli.inputs.csvfile import load_csv
 from topk_cli.inputs.jsonfile import ORIENTS, check_orient, load_json, load_jsonl
-from topk_cli.inputs.model import IndexNames, LoadedInput, ReadDecisions, finish, parse_number, with_decisions
+from topk_cli.inputs.model import (
+    IndexNames,
+    LoadedInput,
+    ReadDecisions,
+    finish,
+    parse_number,
+    vectors_by_column,
+    with_decisions,
+)
+from topk_cli.inputs.table import k_column_of
 
-__all__ = ["INPUT_FORMATS", "ORIENTS", "IndexNames", "LoadedInput", "ReadDecisions", "load_input"]
+__all__ = ["INPUT_FORMATS", "ORIENTS", "IndexNames", "LoadedInput", "ReadDecisions", "load_input", "vectors_by_column"]
 
 #: Suffixes (and --input-format names) -> format: the formats and their aliases.
 _SUFFIXES = {**{name: name for name in INPUT_FORMATS}, **INPUT_FORMAT_ALIASES}
@@ -66,6 +75,7 @@ def load_input(
     decimal: str | None = None,
     orient: str | None = None,
     header: bool | None = None,
+    k_column: str | None = None,
 ) -> LoadedInput:
     """Read the vectors of ``path`` (``"-"`` = stdin) or of the inline string ``values``.
 
@@ -75,7 +85,9 @@ def load_input(
     ``input_format`` is sniffed (``[``/``{`` = JSON, several JSON lines = JSON Lines, the NPY
     magic, else CSV). ``index_col`` (a column name or a 0-based position, as in pandas;
     ``"none"`` disables the inference), ``sep`` and ``decimal`` apply to CSV/TSV; ``orient``
-    (``"rows"`` or ``"columns"``) says how the keys of a JSON object are read.
+    (``"rows"`` or ``"columns"``) says how the keys of a JSON object are read. ``k_column``
+    names a column of a table (CSV/TSV with a header, JSON records, an object of columns) that
+    holds each row's k: it is not read as scores, and becomes ``row_k`` of the result.
 
     Raises:
         InputError: unreadable source, unknown format, malformed content, empty cells, text in
@@ -87,6 +99,18 @@ def load_input(
     """
     if orient is not None:
         orient = check_orient(orient)
+    if k_column is not None:
+        if values is not None:
+            raise InputError("--k-column reads a column of an input file; --values has no columns")
+        with k_column_of(k_column):
+            loaded = load_input(path, column=column, input_format=input_format, index_col=index_col, sep=sep,
+                                decimal=decimal, orient=orient, header=header)
+        if loaded.row_k is None:
+            raise InputError(
+                f"{loaded.source}: --k-column {k_column!r}: this {loaded.input_format} input has no named columns "
+                "(CSV or TSV with a header, JSON records or an object of columns have them)"
+            )
+        return loaded
     if values is not None:
         if path is not None:
             raise InputError("give either an input file or --values, not both")

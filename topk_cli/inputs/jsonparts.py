@@ -9,6 +9,7 @@ Places in messages: ``[i]`` / ``[i][j]`` (JSON paths), ``key 'a'``, ``record [i]
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from numpy.typing import NDArray
 
 from topk_cli.errors import InputError
 from topk_cli.inputs.model import LoadedInput, check_value, finish, parse_number, with_decisions
-from topk_cli.inputs.table import RawTable, read_table
+from topk_cli.inputs.table import RawTable, read_table, requested_k_column, with_row_k
 
 SHAPE_HELP = (
     "expected a list of numbers, a list of equal-length lists, an object {label: number} or "
@@ -216,6 +217,22 @@ def read_list_records(
             raise InputError(f"{source}: {where.record(r)}, key {key!r}: {kind_of(record[key])}, "
                              f"not a list as in {where.record(0)}")
     others = [name for name in names if name != key]
+    k_key = requested_k_column()
+    row_k = None
+    if k_key is not None:  # --k-column: a number beside each record's list
+        if k_key not in others:
+            raise InputError(f"{source}: --k-column: no key {k_key!r} beside the vector; "
+                             f"keys: {', '.join(map(repr, others)) or 'none'}")
+        if index_col is not None and index_col == k_key:
+            raise InputError(f"{source}: --k-column {k_key!r} is also --index-col: a key is either k or row names")
+        row_k = np.empty(len(doc))
+        for r, rec in enumerate(doc):
+            value = rec[k_key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InputError(f"{source}: {where.record(r)}, key {k_key!r}: --k-column {k_key!r}: "
+                                 f"{kind_of(value)} is not a finite number")
+            row_k[r] = value
+        others = [name for name in others if name != k_key]
     name_key: str | None = None
     if index_col is not None and index_col.strip().lower() not in ("none", "false"):
         if index_col not in others:
@@ -247,9 +264,16 @@ def read_list_records(
         note += f"; {'labels' if loaded.values.shape[0] == 1 and len(doc) > 1 else 'row names'} from key {name_key!r}"
     if ignored:
         note += "; ignored " + ", ".join(f"key {name!r}" for name in ignored)
-    return with_decisions(
+    out = with_decisions(
         with_note(loaded, note), shape="records with a list (one vector per record)", ignored=ignored,
     )
+    if row_k is not None:
+        assert k_key is not None
+        if out.values.shape[0] != len(doc):
+            raise InputError(f"{source}: --k-column {k_key!r} gives one k per record, but the records' lists are read "
+                             f"as one vector of {out.values.shape[1]} entries; --k-column needs a batch")
+        out = with_row_k(out, row_k, k_key, lambda r: f"{where.record(r)}, key {k_key!r}")
+    return out
 
 
 def with_note(loaded: LoadedInput, note: str) -> LoadedInput:

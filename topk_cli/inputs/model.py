@@ -99,6 +99,8 @@ class LoadedInput:
     ``input_format`` is ``csv``, ``tsv``, ``json``, ``jsonl``, ``npy`` or ``values``; ``notes``
     says every layout choice the reader inferred (one sentence each, for stderr); ``decisions``
     records the same choices field by field (separator, header, orientation, row-name column...).
+    ``row_k`` holds one k per row, read from the column ``k_column`` (``--k-column``), checked to be
+    finite and in ``0 < k <= m`` (``m`` the row's unmasked entries); None without ``--k-column``.
     """
 
     values: NDArray[np.float64]
@@ -109,6 +111,8 @@ class LoadedInput:
     row_names_given: bool = False  # True when row_names come from the data, not indexes
     notes: tuple[str, ...] = field(default=())
     decisions: ReadDecisions = field(default_factory=ReadDecisions)
+    row_k: NDArray[np.float64] | None = None
+    k_column: str | None = None
 
     @property
     def single(self) -> bool:
@@ -178,4 +182,31 @@ def finish(
         input_format=fmt,
         row_names_given=row_names is not None,
         notes=tuple(notes),
+    )
+
+
+def vectors_by_column(loaded: LoadedInput) -> LoadedInput:
+    """``--axis columns``: every column of the table is one vector (the transpose of ``loaded``).
+
+    The column names (the entry labels) name the vectors, and the row names label the entries:
+    a table of tokens x experts gives one vector per expert, over the tokens. Announced in one note.
+
+    Raises:
+        InputError: ``loaded`` is one vector (there is nothing to read by column).
+    """
+    import dataclasses
+
+    rows, n = loaded.values.shape
+    if rows == 1:
+        raise InputError(
+            f"{loaded.source}: --axis columns reads each column of a batch as one vector; this input is one vector "
+            f"of {n} entries (read it without --axis)"
+        )
+    values = np.ascontiguousarray(loaded.values.T)
+    named = not isinstance(loaded.labels, IndexNames)
+    note = (f"--axis columns: read {n} vectors (one per column) of {rows} entries (one per row)"
+            + ("" if loaded.row_names_given else "; entries named by row index (0-based)"))
+    return dataclasses.replace(
+        loaded, values=values, labels=loaded.row_names, row_names=loaded.labels, row_names_given=named,
+        notes=(*loaded.notes, note), row_k=None, k_column=None,
     )

@@ -25,9 +25,12 @@ this order:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +59,26 @@ _MINUSES = "\u2212\u2012\u2013\u2014\ufe63\uff0d"
 _THOUSANDS = {".": re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][+-]?\d+)?"),
               ",": re.compile(r"[+-]?\d{1,3}(?:\.\d{3})+(?:,\d*)?")}
 _SPACES = "\u00a0\u202f\u2009\u2007 '"
+
+#: ``--k-column``: the column of the table being read that holds each row's k (not a score). Set
+#: by :func:`k_column_of` around one read (the readers between ``load_input`` and
+#: :func:`read_table` need not pass it on); every table reader honours it.
+_K_COLUMN: ContextVar[str | None] = ContextVar("k_column", default=None)
+
+
+@contextmanager
+def k_column_of(name: str | None) -> Iterator[None]:
+    """Read tables with ``name`` as the column of per-row k (``--k-column``) within this block."""
+    token = _K_COLUMN.set(name)
+    try:
+        yield
+    finally:
+        _K_COLUMN.reset(token)
+
+
+def requested_k_column() -> str | None:
+    """The ``--k-column`` of the read in progress (None: none)."""
+    return _K_COLUMN.get()
 
 
 class NeedText(Exception):
@@ -259,7 +282,141 @@ def read_table(
     column: str | None = None,
     index_col: str | None = None,
 ) -> LoadedInput:
-    """Apply the layout rule of this module to ``table``; see the module docstring."""
+    """Apply the layout rule of this module to ``table``; see the module docstring.
+
+    Under ``--k-column NAME`` (:func:`k_column_of`) the column NAME is taken out of the table first
+    (it is neither a score, nor row names, nor labels) and becomes ``row_k`` of the result.
+    """
+    k_column = _K_COLUMN.get()
+    if k_column is not None:
+        return _read_with_k_column(table, k_column, column=column, index_col=index_col)
+    return _read_table(table, column=column, index_col=index_col)
+
+
+def _read_with_k_column(table: RawTable, name: str, *, column: str | None, index_col: str | None) -> LoadedInput:
+    """``--k-column name``: one k per row from that column, the rest read by the layout rule."""
+    source = table.source
+    if table.header is None:
+        raise InputError(f"{source}: --k-column {name!r}: the table has no header, so no named columns")
+    names = list(table.header)
+    if name not in names:
+        raise InputError(f"{source}: --k-column: no column {name!r}; columns: {', '.join(map(repr, names))}")
+    if column is not None:
+        raise InputError(f"{source}: --k-column gives one k per row of a batch; --column reads one vector: give one of them")
+    if index_col is not None and index_col == name:
+        raise InputError(f"{source}: --k-column {name!r} is also --index-col: a column is either k or row names")
+    pos = names.index(name)
+    if index_col is not None and index_col not in names and index_col.strip().isdigit():
+        given = int(index_col)  # a position counts the columns of the file, k column included
+        if given == pos:
+            raise InputError(f"{source}: --k-column {name!r} is also --index-col {given}: a column is either k or row names")
+        index_col = str(given - 1) if given > pos else index_col
+    k = _k_values(table, pos, name)
+    loaded = _read_table(_drop_column(table, pos), column=None, index_col=index_col)
+    rows = len(k)
+    if loaded.values.shape[0] != rows:
+        raise InputError(
+            f"{source}: --k-column {name!r} gives one k per row, but besides it the table is read as one vector "
+            f"of {loaded.values.shape[1]} entries; --k-column needs a batch (several score columns, one vector per row)"
+        )
+    return with_row_k(loaded, k, name, lambda r: table.place(r, pos), lambda r: _k_text(table, r, pos, float(k[r])))
+
+
+def with_row_k(
+    loaded: LoadedInput, k: NDArray[np.float64], name: str, place: Callable[[int], str],
+    shown: Callable[[int], str] | None = None,
+) -> LoadedInput:
+    """``loaded`` with ``row_k = k`` read from the column (or key) ``name``, after checking each row's
+    ``0 < k <= m`` (``m`` its unmasked entries; ``place(row)`` names the cell), and a note announcing it."""
+    unmasked = np.isfinite(loaded.values).sum(axis=1)
+    bad = (k <= 0) | (k > unmasked)
+    if bad.any():
+        r = int(np.argmax(bad))
+        value = shown(r) if shown is not None else f"{float(k[r]):g}"
+        raise InputError(
+            f"{loaded.source}: {place(r)}: k = {value} is out of range: "
+            f"each row's k must satisfy 0 < k <= {int(unmasked[r])} (its unmasked entries)"
+        )
+    low, high = float(k.min()), float(k.max())
+    spread = f"k = {low:g} in every row" if low == high else f"k from {low:g} to {high:g}"
+    note = f"k per row from column {name!r} ({spread}), not a score"
+    return dataclasses.replace(loaded, row_k=k, k_column=name, notes=(*loaded.notes, note))
+
+
+def _k_text(table: RawTable, row: int, pos: int, value: float) -> str:
+    """A k cell as written when the reader kept its text, else the number."""
+    cells: Sequence[str] | None = None
+    if table.numbers is not None:
+        cells = table.numbers.text[pos]
+    elif not isinstance(table.columns[pos], _Column):
+        cells = table.columns[pos]  # type: ignore[assignment]
+    elif table.columns[pos].text is not None:  # type: ignore[union-attr]
+        cells = table.columns[pos].text  # type: ignore[union-attr]
+    if cells is not None and row < len(cells):
+        return repr(str(cells[row]).strip())
+    return f"{value:g}"
+
+
+def _k_values(table: RawTable, pos: int, name: str) -> NDArray[np.float64]:
+    """The numbers of the k column: every cell a finite number (range is checked by the caller)."""
+    source = table.source
+    if table.numbers is not None:
+        values = np.array(table.numbers.matrix[:, pos], dtype=np.float64)
+    else:
+        col = classify(pos, name, table.columns[pos], table.decimal)
+        if col.kind in ("text", "bool") or col.first_text is not None:
+            cells = col.cells
+            row = col.first_text if col.first_text is not None else next(
+                (i for i, c in enumerate(cells) if parse_number(c.replace(table.decimal, ".")) is None), 0)
+            raise InputError(
+                f"{source}: {table.place(row, pos)}: --k-column {name!r}: {cells[row].strip()!r} is not a number"
+            )
+        if col.kind == "missing" or col.first_missing is not None:
+            row = col.first_missing if col.first_missing is not None else 0
+            raise InputError(f"{source}: {table.place(row, pos)}: --k-column {name!r}: empty or missing k")
+        assert col.values is not None
+        values = np.array(col.values, dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        r = int(np.argmax(bad))
+        raise InputError(
+            f"{source}: {table.place(r, pos)}: --k-column {name!r}: k = {_k_text(table, r, pos, float(values[r]))} "
+            "is not a finite number"
+        )
+    return values
+
+
+def _drop_column(table: RawTable, pos: int) -> RawTable:
+    """``table`` without its column ``pos``; messages still name the cells by their place in the file."""
+    header = None if table.header is None else [*table.header[:pos], *table.header[pos + 1 :]]
+    numbers = None
+    if table.numbers is not None:
+        nm = table.numbers
+        numbers = Numbers(np.delete(nm.matrix, pos, axis=1), np.delete(nm.integers, pos),
+                          [t for j, t in enumerate(nm.text) if j != pos])
+    columns: list[Sequence[str] | _Column] = []
+    for j, col in enumerate(table.columns):
+        if j == pos:
+            continue
+        if isinstance(col, _Column):  # its own copy of its numbers, at its new position
+            values = col.values
+            col = dataclasses.replace(col, pos=len(columns), matrix=None,
+                                      own_values=None if values is None else np.asarray(values))
+        columns.append(col)
+    place = table.place
+
+    def shifted(row: int, col: int) -> str:
+        return place(row, col if col < pos else col + 1)
+
+    return dataclasses.replace(table, header=header, columns=columns, numbers=numbers, place=shifted)
+
+
+def _read_table(
+    table: RawTable,
+    *,
+    column: str | None = None,
+    index_col: str | None = None,
+) -> LoadedInput:
     source = table.source
     if table.numbers is not None:
         rows, width = table.numbers.matrix.shape

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from rich.table import Table
 from rich.text import Text
 
@@ -41,12 +42,26 @@ def bench_document(report: BenchReport) -> dict[str, Any]:
     """The JSON document: shape, baselines (ms) and one result per method."""
     b = report.baselines
     return {
-        "batch": report.batch, "n": report.n, "k": report.k, "tau": report.tau, "dtype": report.dtype,
+        "batch": report.batch, "n": report.n, "k": _k_json(report.k), "tau": report.tau, "dtype": report.dtype,
         "repeats": report.repeats, "seed": report.seed, "source": report.source,
         "input_mib": report.input_bytes / _MIB, "memory_method": report.memory_method,
         "baselines": {"exp_ms": b.exp_ms, "sort_ms": b.sort_ms, "partition_ms": b.partition_ms},
         "results": [_result_dict(r) for r in report.results],
     }
+
+
+def _k_json(k: Any) -> Any:
+    """One k as given, or one k per row (a list)."""
+    if isinstance(k, np.ndarray):
+        return [int(v) if float(v).is_integer() else float(v) for v in k.tolist()]
+    return k
+
+
+def _k_title(k: Any) -> str:
+    if isinstance(k, np.ndarray):
+        low, high = float(k.min()), float(k.max())
+        return f"k per row ({low:g} to {high:g})"
+    return f"k = {k}"
 
 
 def _cell(value: float | None, digits: int = 3) -> str:
@@ -57,7 +72,7 @@ def bench_table(report: BenchReport) -> Table:
     """One row per method: milliseconds, ratios to the numpy baselines, peak memory."""
     b = report.baselines
     title = (
-        f"{report.batch} x {report.n}, k = {report.k}, {report.dtype}, tau = {format_float(report.tau)}: "
+        f"{report.batch} x {report.n}, {_k_title(report.k)}, {report.dtype}, tau = {format_float(report.tau)}: "
         f"median of {report.repeats}; np.exp {format_float(b.exp_ms, 3)} ms, np.sort {format_float(b.sort_ms, 3)} ms"
     )
     table = Table(title=title, title_justify="left")

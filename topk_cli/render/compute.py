@@ -157,7 +157,7 @@ def render_compute_table(
         notes.append(f"the table omits Jacobians for n > {TABLE_MAX_JACOBIAN_N}; use --format json")
     temperature = f"tau={format_float(report.tau)}" if report.hardness is None else f"top-k mass {report.hardness:g}"
     header = Text(
-        f"soft top-k of {data.source}: k={report.k}, {temperature}, n={n}"
+        f"soft top-k of {data.source}: {_k_header(report)}, {temperature}, n={n}"
         + (f", {rows} vectors" if rows > 1 else "")
     )
     if report.hardness is not None:
@@ -165,10 +165,30 @@ def render_compute_table(
     return Rendered(_tidy(renderables_to_text([header, *renderables], color=color), color), tuple(notes))
 
 
+def row_ks(report: ComputeReport) -> NDArray[np.float64] | None:
+    """One k per row when the rows' k differ (``--k-column``), else None (one k, ``report.k``)."""
+    return report.k if isinstance(report.k, np.ndarray) else None
+
+
+def _k_text(k: float) -> str:
+    return str(int(k)) if float(k).is_integer() else repr(float(k))
+
+
+def _k_header(report: ComputeReport) -> str:
+    ks = row_ks(report)
+    if ks is None:
+        return f"k={report.k}"
+    column = f", column {report.data.k_column!r}" if report.data.k_column else ""
+    return f"k per row ({_k_text(float(ks.min()))} to {_k_text(float(ks.max()))}{column})"
+
+
 def _block(report: ComputeReport, r: int, max_entries: int) -> Table:
     data = report.data
     n = data.values.shape[1]
     title = None if data.single else row_title(data, r)
+    ks = row_ks(report)
+    if ks is not None:
+        title = f"{title or 'the vector'}, k={_k_text(float(ks[r]))}"
     table = Table(title=title, title_justify="left", show_footer=True, header_style="bold")
     hard_sum = report.hard[r].sum()
     table.add_column("entry", footer="sum")
@@ -229,19 +249,28 @@ def _jacobian_tables(report: ComputeReport, r: int) -> list[Table]:
 # ---- CSV and JSON --------------------------------------------------------------------------
 
 
-def render_compute_csv(report: ComputeReport) -> str:
-    """Tidy CSV: one line per (row, method, entry) with the columns of :data:`CSV_COLUMNS`."""
+def render_compute_csv(report: ComputeReport, *, with_k: bool | None = None) -> str:
+    """Tidy CSV: one line per (row, method, entry) with the columns of :data:`CSV_COLUMNS`.
+
+    A ``k`` column (each row's k) follows when the rows' k differ (``with_k`` None), or when
+    ``with_k`` is True (several inputs, some with a k per row); ``stderr`` and the ``--sum``
+    columns follow it.
+    """
     data = report.data
     rows, n = data.values.shape
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     with_stderr = any(run.stderr is not None for run in report.runs)
-    extra = (("stderr",) if with_stderr else ()) + (("topk_sum", "potential") if report.with_sum else ())
+    ks = row_ks(report) if with_k is None else (
+        np.broadcast_to(np.asarray(report.k, dtype=np.float64), (rows,)) if with_k else None)
+    extra = (("k",) if ks is not None else ()) + (("stderr",) if with_stderr else ()) + (
+        ("topk_sum", "potential") if report.with_sum else ())
     writer.writerow(CSV_COLUMNS + extra)
     entries = range(n)
     chunk = 65536
     for r in range(rows):
         row_name = data.row_names[r]
+        k_cell: tuple[Any, ...] = () if ks is None else (_k_cell(float(ks[r])),)
         for run in report.runs:
             status = str(run.status[r])
             tail: tuple[Any, ...] = ()
@@ -255,7 +284,7 @@ def render_compute_csv(report: ComputeReport) -> str:
                 errors = run.stderr[r, start:stop].tolist() if run.stderr is not None else [""] * (stop - start)
                 writer.writerows(
                     (r, row_name, i, data.labels[i], value, hard, run.method, weight, status,
-                     *((se,) if with_stderr else ()), *tail)
+                     *k_cell, *((se,) if with_stderr else ()), *tail)
                     for i, value, hard, weight, se in zip(
                         entries[start:stop],
                         data.values[r, start:stop].tolist(),
@@ -266,6 +295,10 @@ def render_compute_csv(report: ComputeReport) -> str:
                     )
                 )
     return buffer.getvalue()
+
+
+def _k_cell(k: float) -> int | float:
+    return int(k) if k.is_integer() else k
 
 
 def _json_floats(values: NDArray[np.float64]) -> str:
@@ -342,8 +375,9 @@ def render_compute_json(report: ComputeReport) -> str:
                 big(_json_matrix(run.jacobian[r])) if run.status[r] == "ok" else None for r in range(rows)
             ]
         results.append(entry)
+    ks = row_ks(report)
     document = {
-        "k": report.k,
+        "k": report.k if ks is None else [_k_cell(float(v)) for v in ks],
         "tau": report.tau if report.hardness is None else None,
         **({"hardness": report.hardness} if report.hardness is not None else {}),
         "source": data.source,
@@ -477,20 +511,25 @@ def compute_failure_summary(reports: Sequence[ComputeReport]) -> str:
 def render_compute_many(reports: Sequence[ComputeReport], fmt: OutputFormat, *, color: bool = False) -> Rendered:
     """Several inputs, each labelled by its source; one input renders exactly as :func:`render_compute`.
 
-    Table: one titled section per input. CSV: a leading ``source`` column. JSON:
-    ``{"k", "tau", "inputs": [<the one-input document of each source>]}``.
+    Table: one titled section per input. CSV: a leading ``source`` column (and a ``k`` column in
+    every part when some input has a k per row). JSON: ``{"k", "tau", "inputs": [<the one-input
+    document of each source>]}``, the top-level ``"k"`` null unless every input has the same one k.
     """
     if len(reports) == 1:
         return render_compute(reports[0], fmt, color=color)
     parts = [render_compute(report, fmt, color=color) for report in reports]
     notes = tuple(f"{r.data.source}: {note}" for r, part in zip(reports, parts, strict=True) for note in part.notes)
+    varying = any(row_ks(r) is not None for r in reports)
+    if fmt is OutputFormat.csv and varying:  # one header for all: a k column in every part
+        parts = [Rendered(render_compute_csv(report, with_k=True), part.notes) for report, part in zip(reports, parts, strict=True)]
     if fmt is OutputFormat.json:
-        head = json.dumps({"k": reports[0].k, "tau": reports[0].tau})[:-1]
+        shared = reports[0].k if not varying and all(r.k == reports[0].k for r in reports) else None
+        head = json.dumps({"k": shared, "tau": reports[0].tau})[:-1]
         return Rendered(head + ', "inputs": [\n' + ",\n".join(p.text.rstrip("\n") for p in parts) + "\n]}\n", notes)
     if fmt is OutputFormat.csv:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(("source", *CSV_COLUMNS))
+        writer.writerow(("source", *next(csv.reader([parts[0].text.splitlines()[0]]))))
         for report, part in zip(reports, parts, strict=True):
             prefix = io.StringIO()
             csv.writer(prefix, lineterminator="").writerow([report.data.source])

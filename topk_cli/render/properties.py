@@ -47,7 +47,7 @@ def result_dict(r: PropertyResult) -> dict[str, Any]:
     } | ({"within_stderr": r.within_stderr} if r.within_stderr is not None else {})
 
 
-def render_properties_json(report: VerifyReport, *, k: int | None = None) -> str:
+def render_properties_json(report: VerifyReport, *, k: float | None = None) -> str:
     """``{"results": [...], ...}`` as documented in the README, with the suite description and disagreements."""
     return render_json(
         {
@@ -167,7 +167,7 @@ def render_properties_table(report: VerifyReport, *, color: bool = False) -> str
     return renderables_to_text(renderables, color=color)
 
 
-def render_properties(report: VerifyReport, fmt: OutputFormat, *, color: bool = False, k: int | None = None) -> str:
+def render_properties(report: VerifyReport, fmt: OutputFormat, *, color: bool = False, k: float | None = None) -> str:
     """The report in ``fmt``."""
     if fmt is OutputFormat.json:
         return render_properties_json(report, k=k)

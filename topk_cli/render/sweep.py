@@ -38,6 +38,13 @@ AGGREGATE = (
 _BARS = " ▁▂▃▄▅▆▇█"
 
 
+
+def k_title(result: SweepResult) -> str:
+    """``k = 2``, or ``k per row (1 to 3)`` for a batch with one k per row."""
+    if isinstance(result.k, tuple):
+        return f"k per row ({min(result.k):g} to {max(result.k):g})"
+    return f"k = {result.k}"
+
 def _vector(v: Sequence[float] | None) -> str:
     return "-" if v is None else "[" + ", ".join(format_float(x, 4) for x in v) + "]"
 
@@ -60,7 +67,7 @@ def sweep_document(result: SweepResult) -> dict[str, Any]:
     says how the measurements combine the rows.
     """
     return {
-        "k": result.k,
+        "k": list(result.k) if isinstance(result.k, tuple) else result.k,
         "x": _rows(result.rows) if result.batch else list(result.x),
         "hard": _rows(result.hard_rows) if result.batch else list(result.hard),
         "rows": len(result.rows) if result.rows else 1,
@@ -151,7 +158,7 @@ def _point_status(result: SweepResult, p: SweepPoint) -> str:
 
 def points_table(result: SweepResult) -> Table:
     """One row per (method, tau)."""
-    table = Table(title=f"Temperature sweep, k = {result.k}, {_input(result)}", title_justify="left")
+    table = Table(title=f"Temperature sweep, {k_title(result)}, {_input(result)}", title_justify="left")
     for col in ("method", "tau", "L1 to hard", "top-k mass", "max entry err", "entropy", "||J||_F", "dead grad", "status"):
         table.add_column(col, justify="left" if col in ("method", "status") else "right", no_wrap=True)
     previous = None
@@ -440,7 +447,7 @@ def sweep_figure(result: SweepResult) -> Any:
     if gaps:
         notes.append(f"not drawn where they fail: {', '.join(gaps)}")
     shape = f"{len(result.rows)} rows x n = {len(result.rows[0])}, means over rows" if result.batch else f"n = {len(result.x)}"
-    fig.suptitle(f"softtopk temperature-sweep, k = {result.k}, {shape}" + ("\n" + "; ".join(notes) if notes else ""),
+    fig.suptitle(f"softtopk temperature-sweep, {k_title(result)}, {shape}" + ("\n" + "; ".join(notes) if notes else ""),
                  fontsize=10)
     return fig
 
