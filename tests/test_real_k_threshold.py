@@ -400,3 +400,40 @@ def test_jacobian_and_vjp_with_per_row_k(method: str) -> None:
         checked += int(smooth.sum())
     assert checked >= 40
     np.testing.assert_allclose(vjp, np.einsum("bi,bij->bj", v, jac), rtol=0, atol=1e-12)
+
+
+def test_thre_exp_refine_with_per_row_k() -> None:
+    """``thre-exp``'s refine (rows whose threshold lies 64 or more below the row maximum) takes each
+    row's own real k: bitwise each row alone, bitwise the int for integer values, and the refined
+    weights match mpmath on the prepared ``z`` (zero rounding residual)."""
+    assert THRE_EXP.refine is not None and THRE_EXP.dk is not None
+    rng = np.random.default_rng(9)
+    z = -1e3 + rng.standard_normal((6, 9))
+    z[:, 0] = 0.0  # an outlier: lambda sits near -1e3, far below the row maximum
+    z[4, -2:] = -np.inf
+    k = np.array([1.5, 2.0, 3.25, 4.5, 6.75, 8.0])
+
+    def residual(rows: np.ndarray) -> np.ndarray:
+        return np.zeros((rows.size, z.shape[1]))
+
+    def refined(zz: np.ndarray, kk: Any) -> Any:
+        assert THRE_EXP.refine is not None
+        return THRE_EXP.refine(THRE_EXP.forward(zz, kk), zz, kk, residual)
+
+    fwd = refined(z, k)
+    assert (fwd.aux["lambda"] <= -64).all()
+    dk = THRE_EXP.dk(fwd, z, k)
+    checked = 0
+    for b in range(z.shape[0]):
+        alone = refined(z[b:b + 1], k[b:b + 1])
+        for name in ("lambda", "d", "t"):
+            assert np.array_equal(alone.aux[name], fwd.aux[name][b:b + 1])
+        assert np.array_equal(alone.p, fwd.p[b:b + 1]) and np.array_equal(alone.q, fwd.q[b:b + 1])
+        if k[b] == int(k[b]):
+            as_int = refined(z[b:b + 1], int(k[b]))
+            assert np.array_equal(as_int.p, alone.p) and np.array_equal(as_int.aux["d"], alone.aux["d"])
+        ref = MpRow("thre-exp", z[b], float(k[b]))
+        assert _abs_rel_error(fwd.p[b], ref.p)[0] <= P_TOL
+        assert _abs_rel_error(dk[b], ref.dk)[0] <= P_TOL
+        checked += 1
+    assert checked == 6
