@@ -26,6 +26,13 @@ order statistic ``ref`` near ``lambda`` (``lambda = ref + delta``, ``t = (z - re
 
 Jacobian (implicit function theorem): ``dp/dz = diag(d) - d d^T / sum(d)`` with
 ``d_i = f'(z_i - lambda)``: symmetric, PSD, rows summing to 0; the VJP costs O(n).
+
+``k`` may be real and differ per row (``row_k``: a ``(B,)`` float64 array, ``0 < k <= #finite``):
+``G(lambda) = k`` has one root for any real ``k < #finite``. Rows are grouped by the size of their
+partial sort (:func:`sort_size`), so each row's result is bitwise the one it has alone and an
+integer-valued ``k`` gives bitwise the ``int`` path's. Differentiating ``G(lambda) = k`` in ``k``
+gives ``dp/dk = d / sum(d)`` (:func:`threshold_dk`, in log space); :func:`threshold_log_weights`
+returns ``(log p, log(1 - p))`` from ``z - lambda`` without underflow.
 """
 
 from __future__ import annotations
@@ -559,7 +566,7 @@ def _laplace_threshold(z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray, n
 # Jacobian and VJP (shared)
 
 
-def threshold_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
+def threshold_jacobian(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
     """``dp/dz = diag(d) - (d / sum d) d^T``, ``d_i = f'(z_i - lambda)``, shape ``(B, n, n)``.
 
     Symmetric PSD with zero row sums; masked entries have ``d = 0`` (zero rows and columns).
@@ -581,7 +588,7 @@ def threshold_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     return jac
 
 
-def threshold_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
+def threshold_vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatArray:
     """``v^T dp/dz = d * (v - (d . v) / sum d)`` in O(n) per row, shape ``(B, n)``.
 
     >>> fwd = thre_exp_forward(np.array([[0.0, 0.0]]), 1)
