@@ -298,8 +298,8 @@ def thre_exp_forward(z: FloatArray, k: Any) -> Forward:
     (the true ``m`` also gives the smallest such ``lambda``). At ``k = 1`` this is softmax.
     Cost: one ``np.partition``, a sort of the top k, one ``exp`` over the row.
 
-    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows are grouped by ``ceil(k)``, the
-    size of their partial sort; ``lambda_m = log S(m) - log(k - m)`` holds for a real ``k``).
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows are grouped by the size of their
+    partial sort, at least ``ceil(k)``, see :func:`sort_size`; ``lambda_m = log S(m) - log(k - m)`` holds for a real ``k``).
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]`` and
     ``aux["t"] = min(z - lambda, 0)`` (``-inf`` on masked entries), from which
@@ -421,7 +421,7 @@ def thre_laplace_forward(z: FloatArray, k: Any) -> Forward:
     At ``k = 1`` it equals softmax only while every softmax weight is < 1/2.
 
     ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (``m < 2k`` still: the rows are
-    grouped by ``ceil(2k)``, the size of their partial sort).
+    grouped by the size of their partial sort, at least ``ceil(2k)``: :func:`sort_size`).
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]`` and
     ``aux["t"] = z - lambda`` (``-inf`` on masked entries) for ``dk`` and ``log_weights``.
