@@ -58,7 +58,9 @@ def _mp_exp(t: Any) -> tuple[Any, Any, Any, Any, Any]:
     """``(f, 1 - f, f', log f, log(1 - f))`` of ``min(1, e^t)`` (the kink counts as saturated)."""
     if t >= 0:
         return mpf(1), mpf(0), mpf(0), mpf(0), mpmath.ninf
-    return mpmath.exp(t), -mpmath.expm1(t), mpmath.exp(t), t, mpmath.log(-mpmath.expm1(t))
+    # log(1 - e^t) as log1p(-e^t) far from 0: 1 - e^-98 would round at 40 digits
+    log_q = mpmath.log(-mpmath.expm1(t)) if t > -1 else mpmath.log1p(-mpmath.exp(t))
+    return mpmath.exp(t), -mpmath.expm1(t), mpmath.exp(t), t, log_q
 
 
 def _mp_sigmoid(t: Any) -> tuple[Any, Any, Any, Any, Any]:
@@ -69,10 +71,10 @@ def _mp_sigmoid(t: Any) -> tuple[Any, Any, Any, Any, Any]:
 
 def _mp_laplace(t: Any) -> tuple[Any, Any, Any, Any, Any]:
     small = mpmath.exp(-abs(t)) / 2
-    big = 1 - small
+    big, log_big = 1 - small, mpmath.log1p(-small)
     if t >= 0:
-        return big, small, small, mpmath.log(big), mpmath.log(small)
-    return small, big, small, mpmath.log(small), mpmath.log(big)
+        return big, small, small, log_big, mpmath.log(small)
+    return small, big, small, mpmath.log(small), log_big
 
 
 def _mp_clip_pow(power: int) -> Callable[[Any], tuple[Any, Any, Any, Any, Any]]:
@@ -104,8 +106,11 @@ class MpRow:
         fin = [float(v) for v in z if np.isfinite(v)]
         m = len(fin)
         big = max((abs(v) for v in fin), default=0.0)
-        # enough digits that e^{-|z|} (a weight near underflow and far beyond) is resolved by lambda
-        dps = 40 + int(big / 2.3) + int(math.log10(big + 1.0))
+        dps = 40 + int(math.log10(big + 1.0))
+        if method == "thre-exp" and k == int(k):
+            # thre-exp at an integer k: lambda may sit e^{-|z|} above an entry (the mass below it),
+            # which its log(1 - p) and dp/dk resolve: as many digits as that takes
+            dps += int(big / 2.3)
         n = len(z)
         with mp.workdps(dps):
             zz = [mpf(v) if np.isfinite(v) else mpmath.ninf for v in z.tolist()]
@@ -248,29 +253,29 @@ def test_real_k_against_mpmath(method: str) -> None:
 
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_f_prime_underflowing(method: str) -> None:
-    """Where every ``f'`` underflows, ``dp/dk`` still sums to 1 and lands on the right entries."""
+    """Where every ``f'`` underflows, ``dp/dk`` still sums to 1 and lands on the right entries
+    (the mpmath comparison of these rows is in :func:`test_real_k_against_mpmath`)."""
     impl = METHODS[method]
     assert impl.dk is not None
     z = np.array([[0.0, -2000.0], [0.0, -3000.0], [0.0, -1500.0]])
     k = np.array([1.0, 1.0, 1.5])
     fwd = impl.forward(z, k)
     dk = impl.dk(fwd, z, k)
-    np.testing.assert_allclose(dk.sum(axis=1), 1.0, rtol=0, atol=1e-15)
     if method in ("thre-sigmoid", "thre-laplace"):
-        # lambda is halfway: both entries are equally far from it
+        # lambda is halfway: both entries are equally far from it, and f' = e^-1000 underflows
         assert (fwd.aux["d"][:2] == 0).all()
         np.testing.assert_allclose(dk[:2], 0.5, rtol=1e-12)
+    elif method == "thre-exp":
+        # lambda = log1p(e^-2000) rounds onto the top entry; it still carries dp/dk = 1 - e^-2000
+        assert (fwd.aux["d"][:2] == 0).all()
+        np.testing.assert_array_equal(dk[:2], [[1.0, 0.0], [1.0, 0.0]])
     else:
-        # the top entry carries the mass k - m of the unsaturated entries (exp: it only rounds onto
-        # lambda); clip and cube put the top entry at the breakpoint t = 1
-        assert dk[2, 1] == 1.0
-    checked = 0
-    for b in range(3):
-        ref = MpRow(method, z[b], float(k[b]))
-        err = _abs_rel_error(dk[b], ref.dk)
-        assert err[0] <= P_TOL, (b, dk[b], ref.dk)
-        checked += 1
-    assert checked == 3
+        # no entry strictly inside 0 < p < 1 at an integer k: dp/dk jumps there, zeros (documented)
+        np.testing.assert_array_equal(dk[:2], 0.0)
+    # k = 1.5: the top entry saturated, the other carries the remaining 0.5
+    np.testing.assert_allclose(dk[2], [0.0, 1.0], rtol=0, atol=1e-300)
+    np.testing.assert_allclose(dk[:2].sum(axis=1), 0.0 if method in ("thre-clip", "thre-cube") else 1.0,
+                               rtol=0, atol=1e-15)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,17 +328,17 @@ def test_integer_valued_per_row_k_is_the_int_path(method: str) -> None:
     impl = METHODS[method]
     checked = 0
     for seed in range(2):
-        z = _batch(10 + seed)
-        m = int(np.isfinite(z).sum(axis=1).min())
-        for k in sorted({1, 2, 3, m - 1, m}):
-            if k < 1:
-                continue
+        zb = _batch(10 + seed)
+        m_row = np.isfinite(zb).sum(axis=1)
+        for k in sorted({1, 2, 3, 5, 7, 10, 11}):
+            z = zb[m_row >= k]  # rows with at least k finite entries; some with exactly k
+            assert z.shape[0] >= 30
             as_int = _all_outputs(impl, z, k)
             as_array = _all_outputs(impl, z, np.full(z.shape[0], float(k)))
             for got, want in zip(as_array, as_int, strict=True):
                 assert np.array_equal(got, want, equal_nan=True), k
             checked += 1
-    assert checked >= 8
+    assert checked >= 14
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,3 +400,40 @@ def test_jacobian_and_vjp_with_per_row_k(method: str) -> None:
         checked += int(smooth.sum())
     assert checked >= 40
     np.testing.assert_allclose(vjp, np.einsum("bi,bij->bj", v, jac), rtol=0, atol=1e-12)
+
+
+def test_thre_exp_refine_with_per_row_k() -> None:
+    """``thre-exp``'s refine (rows whose threshold lies 64 or more below the row maximum) takes each
+    row's own real k: bitwise each row alone, bitwise the int for integer values, and the refined
+    weights match mpmath on the prepared ``z`` (zero rounding residual)."""
+    assert THRE_EXP.refine is not None and THRE_EXP.dk is not None
+    rng = np.random.default_rng(9)
+    z = -1e3 + rng.standard_normal((6, 9))
+    z[:, 0] = 0.0  # an outlier: lambda sits near -1e3, far below the row maximum
+    z[4, -2:] = -np.inf
+    k = np.array([1.5, 2.0, 3.25, 4.5, 6.75, 8.0])
+
+    def residual(rows: np.ndarray) -> np.ndarray:
+        return np.zeros((rows.size, z.shape[1]))
+
+    def refined(zz: np.ndarray, kk: Any) -> Any:
+        assert THRE_EXP.refine is not None
+        return THRE_EXP.refine(THRE_EXP.forward(zz, kk), zz, kk, residual)
+
+    fwd = refined(z, k)
+    assert (fwd.aux["lambda"] <= -64).all()
+    dk = THRE_EXP.dk(fwd, z, k)
+    checked = 0
+    for b in range(z.shape[0]):
+        alone = refined(z[b:b + 1], k[b:b + 1])
+        for name in ("lambda", "d", "t"):
+            assert np.array_equal(alone.aux[name], fwd.aux[name][b:b + 1])
+        assert np.array_equal(alone.p, fwd.p[b:b + 1]) and np.array_equal(alone.q, fwd.q[b:b + 1])
+        if k[b] == int(k[b]):
+            as_int = refined(z[b:b + 1], int(k[b]))
+            assert np.array_equal(as_int.p, alone.p) and np.array_equal(as_int.aux["d"], alone.aux["d"])
+        ref = MpRow("thre-exp", z[b], float(k[b]))
+        assert _abs_rel_error(fwd.p[b], ref.p)[0] <= P_TOL
+        assert _abs_rel_error(dk[b], ref.dk)[0] <= P_TOL
+        checked += 1
+    assert checked == 6

@@ -26,6 +26,13 @@ order statistic ``ref`` near ``lambda`` (``lambda = ref + delta``, ``t = (z - re
 
 Jacobian (implicit function theorem): ``dp/dz = diag(d) - d d^T / sum(d)`` with
 ``d_i = f'(z_i - lambda)``: symmetric, PSD, rows summing to 0; the VJP costs O(n).
+
+``k`` may be real and differ per row (``row_k``: a ``(B,)`` float64 array, ``0 < k <= #finite``):
+``G(lambda) = k`` has one root for any real ``k < #finite``. Rows are grouped by the size of their
+partial sort (:func:`sort_size`), so each row's result is bitwise the one it has alone and an
+integer-valued ``k`` gives bitwise the ``int`` path's. Differentiating ``G(lambda) = k`` in ``k``
+gives ``dp/dk = d / sum(d)`` (:func:`threshold_dk`, in log space); :func:`threshold_log_weights`
+returns ``(log p, log(1 - p))`` from ``z - lambda`` without underflow.
 """
 
 from __future__ import annotations
@@ -291,8 +298,8 @@ def thre_exp_forward(z: FloatArray, k: Any) -> Forward:
     (the true ``m`` also gives the smallest such ``lambda``). At ``k = 1`` this is softmax.
     Cost: one ``np.partition``, a sort of the top k, one ``exp`` over the row.
 
-    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows are grouped by ``ceil(k)``, the
-    size of their partial sort; ``lambda_m = log S(m) - log(k - m)`` holds for a real ``k``).
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows are grouped by the size of their
+    partial sort, at least ``ceil(k)``, see :func:`sort_size`; ``lambda_m = log S(m) - log(k - m)`` holds for a real ``k``).
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]`` and
     ``aux["t"] = min(z - lambda, 0)`` (``-inf`` on masked entries), from which
@@ -414,7 +421,7 @@ def thre_laplace_forward(z: FloatArray, k: Any) -> Forward:
     At ``k = 1`` it equals softmax only while every softmax weight is < 1/2.
 
     ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (``m < 2k`` still: the rows are
-    grouped by ``ceil(2k)``, the size of their partial sort).
+    grouped by the size of their partial sort, at least ``ceil(2k)``: :func:`sort_size`).
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q (B, n)``; ``aux["lambda"], aux["d"]`` and
     ``aux["t"] = z - lambda`` (``-inf`` on masked entries) for ``dk`` and ``log_weights``.
@@ -559,7 +566,7 @@ def _laplace_threshold(z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray, n
 # Jacobian and VJP (shared)
 
 
-def threshold_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
+def threshold_jacobian(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
     """``dp/dz = diag(d) - (d / sum d) d^T``, ``d_i = f'(z_i - lambda)``, shape ``(B, n, n)``.
 
     Symmetric PSD with zero row sums; masked entries have ``d = 0`` (zero rows and columns).
@@ -581,7 +588,7 @@ def threshold_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
     return jac
 
 
-def threshold_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
+def threshold_vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatArray:
     """``v^T dp/dz = d * (v - (d . v) / sum d)`` in O(n) per row, shape ``(B, n)``.
 
     >>> fwd = thre_exp_forward(np.array([[0.0, 0.0]]), 1)

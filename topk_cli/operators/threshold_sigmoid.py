@@ -149,8 +149,8 @@ def thre_sigmoid_forward(z: FloatArray, k: Any) -> Forward:
     ``t <= 1/2`` on the bracket and takes ``p = y / (y + e^{lambda - s_2k})`` from the Laplace
     start's own ``exp`` pass: one addition, one division and two sums per step.
 
-    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows grouped by ``ceil(2k)``, the
-    size of their partial sort; the residual takes each row's own ``k``).
+    ``k``: an ``int``, or a ``(B,)`` array of real ``k`` per row (rows grouped by the size of their
+    partial sort, at least ``ceil(2k)``: ``sort_size``; the residual takes each row's own ``k``).
 
     Shapes: ``z (B, n)`` -> ``Forward`` with ``p, q = sigmoid(lambda - z) (B, n)``;
     ``aux["lambda"], aux["d"], aux["iterations"]``, ``aux["ref"], aux["delta"]`` (per row:
