@@ -39,6 +39,8 @@ class Guarantees:
     Field names are the property names with ``-`` written ``_``; :meth:`as_dict` gives the
     property names. ``smoothness`` is the claimed class; ``smooth`` (C1 or better) derives
     from it. ``sparse`` means the result can hold exact zeros for finite inputs.
+    ``monotone_k`` and ``continuous_k``: each ``p_i`` is non-decreasing and continuous in a real k
+    (claimed only by methods that take one).
     """
 
     range: bool
@@ -53,6 +55,8 @@ class Guarantees:
     finite: bool
     smoothness: str
     sparse: bool = False
+    monotone_k: bool = False
+    continuous_k: bool = False
 
     @property
     def smooth(self) -> bool:

@@ -93,6 +93,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Hard top-k T_k(x): 1 on the k largest entries, ties at the k-th value share the rest.",
         family="baseline",
         guarantees=Guarantees(
+            monotone_k=True, continuous_k=True,
             range=True, sum=True, monotone_weak=True, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=False, jacobian=True, finite=True, smoothness="discontinuous",
@@ -205,6 +206,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Threshold top-k with f = min(1, exp): entropy-regularised LP over the capped simplex.",
         family="threshold",
         guarantees=Guarantees(
+            monotone_k=True, continuous_k=True,
             range=True, sum=True, monotone_weak=True, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=True, jacobian=True, finite=True, smoothness="C0",
@@ -220,6 +222,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Threshold top-k with f = sigmoid, lambda solved to full float64 precision.",
         family="threshold",
         guarantees=Guarantees(
+            monotone_k=True, continuous_k=True,
             range=True, sum=True, monotone_weak=True, monotone_strict=True,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=False, jacobian=True, finite=True, smoothness="C-infinity",
@@ -237,6 +240,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Threshold top-k with f = Laplace CDF: closed form after a sort, C1.",
         family="threshold",
         guarantees=Guarantees(
+            monotone_k=True, continuous_k=True,
             range=True, sum=True, monotone_weak=True, monotone_strict=True,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=False, jacobian=True, finite=True, smoothness="C1",
@@ -255,6 +259,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Threshold top-k with f = clip(t, 0, 1): the Euclidean projection onto the capped simplex (exact, sparse).",
         family="threshold",
         guarantees=Guarantees(
+            monotone_k=True, continuous_k=True,
             range=True, sum=True, monotone_weak=True, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
@@ -281,6 +286,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Threshold top-k with f = clip(t, 0, 1)^3: Sander et al.'s p = 4/3 sparse top-k mask.",
         family="threshold",
         guarantees=Guarantees(
+            monotone_k=True, continuous_k=True,
             range=True, sum=True, monotone_weak=True, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
@@ -305,6 +311,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Entropic-OT SOFT top-k (Xie et al. 2020) by log-domain Sinkhorn; rows that do not converge are reported.",
         family="optimal-transport",
         guarantees=Guarantees(
+            monotone_k=True, continuous_k=True,
             range=False, sum=True, monotone_weak=True, monotone_strict=True,
             shift_invariant=True, permutation_equivariant=True, hard_limit=False,
             softmax_at_k1=False, jacobian=True, finite=False, smoothness="C-infinity",
@@ -337,6 +344,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Perturbed top-k E[T_k(x + tau Z)], Z Gaussian (Berthet et al. 2020), by Monte Carlo with standard errors.",
         family="perturbed",
         guarantees=Guarantees(
+            monotone_k=True, continuous_k=True,
             range=True, sum=True, monotone_weak=True, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=False, jacobian=False, finite=True, smoothness="discontinuous",

@@ -97,18 +97,14 @@ def k_applies(method: str, k: object) -> bool:
 
 
 def expected_in_k(method: str, prop: str) -> bool:
-    """The claim of ``method`` on ``prop`` (``monotone-k``, ``continuous-k``): the registry's where
-    its guarantees have the field; else every method that takes a real k claims both (each of
-    them, ``hard`` included, is measured monotone and continuous in k on the default suite), and
-    the others neither.
+    """The registry's claim of ``method`` on ``prop`` (``monotone-k``, ``continuous-k``); every method
+    that takes a real k claims both (each of them, ``hard`` included, is measured monotone and
+    continuous in k on the default suite), the others neither.
 
     >>> expected_in_k("grad", "monotone-k")
     False
     """
-    claims = get_method(method).guarantees.as_dict()
-    if prop in claims:
-        return bool(claims[prop])
-    return takes_real_k(method)
+    return bool(get_method(method).guarantees.as_dict()[prop])
 
 
 def k_grid(m: int) -> FloatArray:
