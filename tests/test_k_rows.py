@@ -192,3 +192,29 @@ def test_hard_real_k_per_row_is_each_row_alone(low: float, high: float) -> None:
     for b in range(50):
         assert np.array_equal(batch[b], st.soft_topk(x[b], float(k[b]), "hard")), b
     assert np.allclose(batch.sum(axis=-1), k, rtol=0, atol=1e-12)
+
+
+REAL_K_WITH_DK = [m for m, s in st.METHODS.items() if not s.capabilities.integer_k and s.implementation.dk is not None]
+
+
+@pytest.mark.parametrize("method", REAL_K_WITH_DK)
+def test_vjp_in_k_is_v_dot_dp_dk(method: str) -> None:
+    """``vjp(wrt="k")`` (a shortcut hook where the method has one) is ``v . dp/dk`` row by row, on
+    ordinary rows, on very hard ones (every f' near underflow), at k = #finite, and where
+    thre-exp's threshold rounds onto an entry (an integer k with a negligible rest)."""
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(8, 9))
+    x[1] *= 1e4  # every derivative underflows at tau = 1e-2
+    x[2, 5:] = -np.inf  # five finite entries, k = 5 below
+    x[3] = [0.0, 0.0, -40.0, -41.0, -45.0, -50.0, -60.0, -70.0, -80.0]  # thre-exp: rest below e^-37
+    k = np.array([2.5, 3.0, 5.0, 2.0, 1.0, 0.5, 8.5, 4.0])
+    params = PARAMS[method]
+    v = rng.normal(size=x.shape)
+    tau = 1e-2
+    if method == "ot-sinkhorn":  # its iteration cap stops short of the two hard rows
+        keep = [0, 2, 4, 5, 6, 7]
+        x, k, v, tau = x[keep], k[keep], v[keep], 1.0
+    got = st.vjp(x, k, v, method, tau=tau, wrt="k", **params)
+    dk = st.jacobian(x, k, method, tau=tau, wrt="k", **params)
+    want = np.einsum("bi,bi->b", v, dk)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13 * np.abs(v).max())

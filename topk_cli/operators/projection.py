@@ -58,6 +58,7 @@ from topk_cli.operators.threshold import (
     threshold_hooks,
     threshold_jacobian,
     threshold_vjp,
+    threshold_vjp_k,
 )
 
 _EPS = float(np.finfo(np.float64).eps)
@@ -362,9 +363,9 @@ _CUBE_DK, _CUBE_LOG = threshold_hooks(CUBE_LINK)
 
 THRE_CLIP = Implementation(
     forward=thre_clip_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
-    row_k=True, dk=_CLIP_DK, log_weights=_CLIP_LOG,
+    row_k=True, dk=_CLIP_DK, log_weights=_CLIP_LOG, vjp_k=threshold_vjp_k(_CLIP_DK),
 )
 THRE_CUBE = Implementation(
     forward=thre_cube_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
-    row_k=True, dk=_CUBE_DK, log_weights=_CUBE_LOG,
+    row_k=True, dk=_CUBE_DK, log_weights=_CUBE_LOG, vjp_k=threshold_vjp_k(_CUBE_DK),
 )

@@ -730,6 +730,31 @@ def threshold_hooks(link: ThresholdLink) -> tuple[Callable[[Forward, FloatArray,
     return dk, log_weights
 
 
+def threshold_vjp_k(
+    dk: Callable[[Forward, FloatArray, Any], FloatArray], exact_from: float = 1e-280
+) -> Callable[[Forward, FloatArray, Any, FloatArray], FloatArray]:
+    """The ``vjp_k`` hook of a threshold method: ``sum_i v_i dp_i/dk = (d . v) / sum d`` per row from
+    the forward's ``d`` (two reductions, no transcendental function), on the rows where that is
+    what ``dk`` computes: ``sum d >= exact_from`` and ``lambda`` finite. The other rows (every ``d``
+    near underflow, ``k = #finite``, and for ``thre-exp`` a threshold rounded onto an entry, where
+    ``sum d < 1/2`` at an integer k) take ``dk`` itself."""
+
+    def vjp_k(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatArray:
+        d = fwd.aux["d"]
+        total = d.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.einsum("bi,bi->b", d, v) / total
+        slow = ~(total >= exact_from) | (fwd.aux["lambda"] == -np.inf)
+        if slow.any():
+            rows = np.flatnonzero(slow)
+            sub = Forward(p=fwd.p[rows], q=fwd.q[rows], aux={name: a[rows] for name, a in fwd.aux.items()})
+            kk = k if isinstance(k, (int, np.integer)) else np.asarray(k)[rows]
+            out[rows] = np.einsum("bi,bi->b", v[rows], dk(sub, z[rows], kk))
+        return out
+
+    return vjp_k
+
+
 _EXP_DK_PLAIN, _EXP_LOG_PLAIN = threshold_hooks(EXP_LINK)
 
 
@@ -792,8 +817,9 @@ _LAPLACE_DK, _LAPLACE_LOG = threshold_hooks(LAPLACE_LINK)
 THRE_EXP = Implementation(
     forward=thre_exp_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
     refine=thre_exp_refine, row_k=True, dk=_EXP_DK, log_weights=_EXP_LOG,
+    vjp_k=threshold_vjp_k(_EXP_DK, exact_from=0.5),  # sum d = k - #saturated >= 1 at an integer k
 )
 THRE_LAPLACE = Implementation(
     forward=thre_laplace_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
-    row_k=True, dk=_LAPLACE_DK, log_weights=_LAPLACE_LOG,
+    row_k=True, dk=_LAPLACE_DK, log_weights=_LAPLACE_LOG, vjp_k=threshold_vjp_k(_LAPLACE_DK),
 )

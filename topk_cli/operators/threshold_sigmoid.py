@@ -23,6 +23,7 @@ from topk_cli.operators.threshold import (
     threshold_hooks,
     threshold_jacobian,
     threshold_vjp,
+    threshold_vjp_k,
 )
 
 _LOG2 = float(np.log(2.0))
@@ -312,5 +313,5 @@ _SIGMOID_DK, _SIGMOID_LOG = threshold_hooks(SIGMOID_LINK)
 
 THRE_SIGMOID = Implementation(
     forward=thre_sigmoid_forward, jacobian=threshold_jacobian, vjp=threshold_vjp, elementwise=True,
-    row_k=True, dk=_SIGMOID_DK, log_weights=_SIGMOID_LOG,
+    row_k=True, dk=_SIGMOID_DK, log_weights=_SIGMOID_LOG, vjp_k=threshold_vjp_k(_SIGMOID_DK),
 )
