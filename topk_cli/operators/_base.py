@@ -285,6 +285,20 @@ def grouped_by_k(impl: Implementation) -> Implementation:
             return impl.vjp(fwd, z, k, v)
         return each(fwd, lambda sub, rows, kv: impl.vjp(sub, z[rows], kv, v[rows]), z.shape)
 
+    forward_vjp = None
+    if impl.forward_vjp is not None:
+        inner_fused = impl.forward_vjp
+
+        def forward_vjp_fn(z: FloatArray, k: Any, v: FloatArray) -> tuple[Forward, FloatArray]:
+            if not isinstance(k, np.ndarray):
+                return inner_fused(z, k, v)
+            parts, out = [], np.zeros(z.shape)
+            for rows, kv in _k_groups(k):
+                sub, out[rows] = inner_fused(z[rows], kv, v[rows])
+                parts.append((rows, kv, sub))
+            return _merged(z.shape[0], parts), out
+
+        forward_vjp = forward_vjp_fn
     dk = None
     if impl.dk is not None:
         inner_dk = impl.dk
@@ -337,6 +351,6 @@ def grouped_by_k(impl: Implementation) -> Implementation:
         refine = refine_fn
     return Implementation(
         forward=forward, jacobian=jacobian, vjp=vjp, elementwise=impl.elementwise, z_floor=impl.z_floor,
-        forward_vjp=None, refine=refine, max_row_work=impl.max_row_work, row_k=True, dk=dk, vjp_k=vjp_k,
+        forward_vjp=forward_vjp, refine=refine, max_row_work=impl.max_row_work, row_k=True, dk=dk, vjp_k=vjp_k,
         log_weights=log_weights,
     )

@@ -88,10 +88,10 @@ def hard_topk(z: FloatArray, k: Any) -> Forward:
     at_share = np.multiply(at, share)
     p = np.add(above, at_share)  # 1 above, share at the k-th value, 0 below
     q = np.subtract(~above, at_share)  # 0 above, 1 - share at the k-th value, 1 below
-    return Forward(p=p, q=q)
+    return Forward(p=p, q=q, aux={"kth": kth})
 
 
-def hard_topk_dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
+def hard_topk_dk(fwd: Forward | None, z: FloatArray, k: Any) -> FloatArray:
     """``dT_k/dk``, ``(B, n)``: ``1 / #at`` on the entries equal to the ``ceil(k)``-th largest (those
     sharing the fractional mass), 0 elsewhere; at an integer k the derivative from below.
 
@@ -99,7 +99,9 @@ def hard_topk_dk(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
     array([[0. , 0. , 0.5, 0.5]])
     """
     n = z.shape[-1]
-    if _is_int(k):
+    if fwd is not None and "kth" in fwd.aux:  # the forward's own (B, 1) ceil(k)-th largest values
+        kth = fwd.aux["kth"]
+    elif _is_int(k):
         kth = np.partition(z, n - k, axis=-1)[..., n - k : n - k + 1]
     else:
         kth = _kth_real(z, np.broadcast_to(np.asarray(k, dtype=np.float64).reshape(-1), z.shape[:1]))
