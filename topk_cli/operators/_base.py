@@ -213,6 +213,8 @@ class GroupedForward(Forward):
     ``(rows, k, fwd)`` per distinct k, whose ``fwd`` the derivatives of that group use."""
 
     parts: list[tuple[NDArray[np.intp], int, Forward]] = field(default_factory=list)
+    #: ``p`` and ``q`` as merged from the parts (the API replaces ``p``/``q`` when it averages ties)
+    merged: tuple[FloatArray, FloatArray] | None = field(default=None, repr=False)
 
 
 def _k_groups(k: FloatArray) -> list[tuple[NDArray[np.intp], int]]:
@@ -250,6 +252,7 @@ def _merged(bsz: int, parts: list[tuple[NDArray[np.intp], int, Forward]]) -> Gro
         out.code, out.level, out.value = code, level, value
     if any(fwd.elementwise_rows is not None for _, _, fwd in parts):
         out.elementwise_rows = elementwise
+    out.merged = (out.p, out.q)
     return out
 
 
@@ -260,7 +263,11 @@ def grouped_by_k(impl: Implementation) -> Implementation:
 
     def part(fwd: Forward, rows: NDArray[np.intp], sub: Forward) -> Forward:
         # the API may have averaged p and q over ties on the merged forward: the parts see it
-        sub.p, sub.q = fwd.p[rows], fwd.q[rows]
+        assert isinstance(fwd, GroupedForward)
+        if fwd.merged is None or fwd.p is not fwd.merged[0]:
+            sub.p = fwd.p[rows]
+        if fwd.merged is None or fwd.q is not fwd.merged[1]:
+            sub.q = fwd.q[rows]
         return sub
 
     def forward(z: FloatArray, k: Any) -> Forward:

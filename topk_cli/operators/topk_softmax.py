@@ -41,6 +41,10 @@ def _kth_largest(z: FloatArray, k: int) -> tuple[FloatArray, np.ndarray, np.ndar
     ``(k-1)``-th largest equals it (there ``z > s_k`` holds fewer than ``k - 1`` entries); and the
     rows where the ``(k+1)``-th largest equals it (several soft entries at ``s_k``)."""
     n = z.shape[1]
+    if min(n, k + 1) <= max(64, n // 8):
+        # one partition and a sort of the k + 1 largest: about 4x cheaper than a partition at the
+        # three positions below (0.5x against 2.2x np.exp at n = 1000, k = 10), the same values
+        return _kth_largest_rows(z, np.full(z.shape[0], float(k)))
     kth = [j for j in (n - k - 1, n - k, n - k + 1) if 0 <= j < n]
     part = np.partition(z, kth, axis=1) if len(kth) > 1 or n > 1 else z
     s_k = part[:, n - k]
@@ -49,7 +53,32 @@ def _kth_largest(z: FloatArray, k: int) -> tuple[FloatArray, np.ndarray, np.ndar
     return s_k, tie, shared
 
 
-def topk_softmax_forward(z: FloatArray, k: int) -> Forward:
+def _kth_largest_rows(z: FloatArray, k: FloatArray) -> tuple[FloatArray, np.ndarray, np.ndarray]:
+    """:func:`_kth_largest` with one integer ``k`` per row (a ``(B,)`` float array of integer values):
+    one partition at the largest position needed and a sort of the entries above it when they are
+    few, else a partition at every position the batch needs; no loop over rows."""
+    n = z.shape[1]
+    kk = k.astype(np.intp)
+    c_max = min(n, int(kk.max()) + 1) if kk.size else 1
+    if c_max <= max(64, n // 8):
+        top = np.sort(np.partition(z, n - c_max, axis=1)[:, n - c_max :], axis=1)
+
+        def largest(j: np.ndarray) -> FloatArray:  # the j-th largest of each row, 1 <= j <= c_max
+            return np.take_along_axis(top, (c_max - j)[:, None], axis=1)[:, 0]
+    else:
+        pos = np.unique(np.concatenate([n - kk - 1, n - kk, n - kk + 1]))
+        part = np.partition(z, pos[(pos >= 0) & (pos < n)], axis=1)
+
+        def largest(j: np.ndarray) -> FloatArray:
+            return np.take_along_axis(part, (n - j)[:, None], axis=1)[:, 0]
+
+    s_k = largest(kk)
+    tie = (kk > 1) & (largest(np.maximum(kk - 1, 1)) == s_k)
+    shared = (kk < n) & (largest(np.minimum(kk + 1, c_max)) == s_k)
+    return s_k, tie, shared
+
+
+def topk_softmax_forward(z: FloatArray, k: int | FloatArray) -> Forward:
     """``p = 1`` on the top ``k - 1`` entries, ``softmax`` over the others; ``sum p = k``.
 
     One ``np.partition`` gives ``s_k``, the ``k``-th largest entry, which is the largest soft
@@ -68,13 +97,18 @@ def topk_softmax_forward(z: FloatArray, k: int) -> Forward:
     >>> np.round(topk_softmax_forward(np.array([[0.0, -1.0, -2.0]]), 2).p, 4)
     array([[1.    , 0.7311, 0.2689]])
     """
-    s_k, tie, shared = _kth_largest(z, k)
+    s_k, tie, shared = _kth_largest(z, k) if not isinstance(k, np.ndarray) else _kth_largest_rows(z, k)
     # shift by the largest soft entry first: at |z| ~ 1e20, log(sum) = max + log(2) rounds to max
     # and the soft weights came out 1 each (sum p = k + 1)
     t = np.subtract(z, s_k[:, None])
     hard = t > 0.0
     if tie.any():
-        hard[tie] = _hard_set(z[tie], k)
+        if isinstance(k, np.ndarray):  # rows cut by position, grouped by their k (rare)
+            for value in np.unique(k[tie]):
+                rows = np.flatnonzero(tie & (k == value))
+                hard[rows] = _hard_set(z[rows], int(value))
+        else:
+            hard[tie] = _hard_set(z[tie], k)
     np.copyto(t, -np.inf, where=hard)
     with np.errstate(under="ignore"):  # far entries get weight 0, as they should
         e = exp_into(t, t)
@@ -139,6 +173,8 @@ def topk_softmax_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tupl
     return out, trusted
 
 
+#: ``row_k``: a k per row (integer values: the method is defined for an integer k only) in one call.
 TOPK_SOFTMAX = Implementation(
-    forward=topk_softmax_forward, jacobian=topk_softmax_jacobian, vjp=topk_softmax_vjp, elementwise=False
+    forward=topk_softmax_forward, jacobian=topk_softmax_jacobian, vjp=topk_softmax_vjp, elementwise=False,
+    row_k=True,
 )
