@@ -46,9 +46,11 @@ def test_per_row_k_and_tau_equal_a_loop_over_rows(method: str) -> None:
     k = _k_for(method)
     tau = np.array([0.7, 0.7, 1.3, 2.0, 0.9, 0.5])
     params = PARAMS[method]
-    batch = st.evaluate(x, k, method, tau=tau, **params)
-    rows = [st.evaluate(x[b], _scalar(k[b]), method, tau=float(tau[b]), **params) for b in range(x.shape[0])]
+    batch = st.evaluate(x, k, method, tau=tau, logs=True, **params)
+    rows = [st.evaluate(x[b], _scalar(k[b]), method, tau=float(tau[b]), logs=True, **params) for b in range(x.shape[0])]
     assert np.array_equal(batch.weights, np.stack([r.weights for r in rows]), equal_nan=True)
+    for name in ("log_weights", "log_complement"):
+        assert np.array_equal(getattr(batch, name), np.stack([getattr(r, name) for r in rows]), equal_nan=True)
     assert np.array_equal(batch.complement, np.stack([r.complement for r in rows]), equal_nan=True)
     assert [str(s) for s in batch.status] == [str(r.status) for r in rows]
     assert np.array_equal(batch.k, k) and np.array_equal(batch.tau, tau)
