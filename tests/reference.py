@@ -689,39 +689,13 @@ def hard_real(x: Sequence[Any], k: Any, tau: Any = 1.0, *, dps: int = DPS) -> li
 
 
 def sinkhorn_real(x: Sequence[Any], k: Any, tau: Any = 1.0, *, dps: int = 40, max_iter: int = 100_000) -> list[Any]:
-    """Converged entropic OT top-k for a real k: log-domain Sinkhorn on two anchors {0, 1} with the
-    full squared cost ``(z - y)^2 / 2``, eps = 1, masses ``1/m`` per entry and ``(m - k)/m``, ``k/m``
-    at the anchors (k exact in mpmath), iterated until ``max |m rowmass - 1| < 10^-(dps - 10)``."""
+    """Converged entropic OT top-k for a real k: ``reference_wider.sinkhorn`` (log-domain Sinkhorn on
+    two anchors {0, 1}, full squared cost, eps = 1) with masses ``(m - k)/m`` and ``k/m`` at the
+    anchors computed from k exactly (an mpf), iterated until ``max |m rowmass - 1| < 10^-(dps - 10)``."""
+    import reference_wider
+
     with mp.workdps(dps):
-        kk = mpf(k)
-        vals = [mpf(v) for v in x]
-        top = max(v for v in vals if v != mpmath.ninf)
-        z = [(v - top) / mpf(tau) if v != mpmath.ninf else mpmath.ninf for v in vals]
-        fin = [v for v in z if v != mpmath.ninf]
-        m = len(fin)
-        if kk == m:
-            return [mpf(1) if v != mpmath.ninf else mpf(0) for v in z]
-        cost = [[(v - y) ** 2 / 2 for y in (mpf(0), mpf(1))] for v in fin]
-        log_mu = -mpmath.log(m)
-        log_nu = (mpmath.log((m - kk) / m), mpmath.log(kk / m))
-        g = [mpf(0), mpf(0)]
-        target = mpf(10) ** (-(dps - 10))
-
-        def rows(g: list[Any]) -> list[Any]:
-            return [log_mu - mpmath.log(mpmath.fsum(mpmath.exp(g[j] - c[j]) for j in range(2))) for c in cost]
-
-        f = rows(g)
-        for _ in range(max_iter):
-            g = [log_nu[j] - mpmath.log(mpmath.fsum(mpmath.exp(fi - c[j]) for fi, c in zip(f, cost))) for j in range(2)]
-            f_new = rows(g)
-            err = max(abs(mpmath.expm1(a - b)) for a, b in zip(f, f_new))
-            f = f_new
-            if err < target:
-                break
-        else:
-            raise RuntimeError("reference Sinkhorn did not converge")
-        p_fin = iter([m * mpmath.exp(fi + g[1] - c[1]) for fi, c in zip(f, cost)])
-        return [next(p_fin) if v != mpmath.ninf else mpf(0) for v in z]
+        return reference_wider.sinkhorn(x, mpf(k), tau, dps=dps, max_iter=max_iter)[0]
 
 
 def sinkhorn_real_dk(x: Sequence[Any], k: Any, tau: Any = 1.0, *, dps: int = 40) -> list[Any]:

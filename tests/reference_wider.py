@@ -175,11 +175,12 @@ def topk_softmax_with_complement(x: Sequence[float], k: int, tau: float = 1.0, *
 # ot-sinkhorn
 
 
-def sinkhorn(x: Sequence[float], k: int, tau: float = 1.0, *, dps: int = DPS,
+def sinkhorn(x: Sequence[float], k: Any, tau: Any = 1.0, *, dps: int = DPS,
              max_iter: int = 100_000) -> tuple[list[Any], int]:
     """Converged entropic OT top-k (two anchors {0, 1}, cost (z - y)^2 / 2, eps = 1): ``(p, iterations)``.
 
-    Full squared cost at ``dps`` digits; iterates until ``max |m rowmass - 1| < 10^-(dps - 10)``.
+    Full squared cost at ``dps`` digits; iterates until ``max |m rowmass - 1| < 10^-(dps - 10)``. ``k`` may be
+    real (an mpf keeps it exact in the anchor masses).
     """
     with mp.workdps(dps):
         z = _z(x, tau)
