@@ -37,6 +37,7 @@ of the expectation; :func:`perturbed_jacobian_with_stderr` gives its standard er
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -284,22 +285,78 @@ def perturbed_forward(z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
 
 
-def _forward_by_sample_chunks(z: FloatArray, k: Any, samples: int, seed: int) -> Forward:
-    """:func:`perturbed_forward` where one row's samples exceed a block: the same numbers, with the
-    samples drawn and reduced in chunks, one row at a time.
+def _sample_chunks(z: FloatArray, samples: int, seed: int) -> Iterator[tuple[int, slice, slice, FloatArray]]:
+    """The chunks in which every estimator draws a row's samples when they exceed a block:
+    ``(r, group, at, noise)``, the ``(1, pairs in at, n)`` noise of row ``r`` for the pairs ``at`` of
+    the group of pairs ``group``.
 
-    The noise is held ``_NOISE_BUDGET // n`` pairs at a time (the stream is drawn again for each such
-    group of pairs; once when it fits), the selections a block at a time. Every per-pair quantity is
-    the one the one-block computation makes; the counts are exact integers, the top sums are kept
-    per pair and averaged at the end as before, and the sum of squared deviations (which needs the
-    mean first) runs over the pairs in order, from the selections kept as two bits per pair and
-    entry (``samples * n / 8`` bytes per row, 1/32 of the noise).
+    The noise is held ``_NOISE_BUDGET // n`` pairs (a group) at a time: the stream is drawn again for
+    each group (once when it fits), and each row of the batch takes the group's pairs ``_BLOCK // n``
+    at a time. The pairs of a row come in order, a group's chunks one after the other.
     """
     b, n = z.shape
     pairs = samples // 2
     fin_all = np.isfinite(z)
     width = max(1, min(pairs, _NOISE_BUDGET // n))
     sub = max(1, _BLOCK // n)
+    for c0 in range(0, pairs, width):
+        c1 = min(pairs, c0 + width)
+        noise = perturbation_noise(n, samples, seed) if c1 - c0 == pairs else \
+            _noise_columns(n, samples, seed, slice(c0, c1))
+        for r in range(b):
+            fb = fin_all[r : r + 1]
+            for s0 in range(0, c1 - c0, sub):
+                part = noise[:, s0 : s0 + sub]
+                nb = np.ascontiguousarray(part.T)[None] if fb.all() else _row_noise(fb, part)
+                yield r, slice(c0, c1), slice(c0 + s0, c0 + s0 + part.shape[1]), nb
+        del noise
+
+
+def _sum_of_squares(bits: np.ndarray, centre: FloatArray, n: int, lbits: np.ndarray | None = None,
+                    gh: FloatArray | None = None) -> FloatArray:
+    """``sum over pairs of (obs - centre)^2`` for one row, from its selections kept as bits (``(2, pairs,
+    bytes)`` from ``np.packbits``): ``obs = (plus + minus) / 2``, less ``gh (last+ + last-)`` when the
+    bits ``lbits`` of the c-th entries are given.
+
+    As ``obs.std(ddof=1)`` computes it over the pairs axis: deviations from the mean, squared, added
+    pair after pair (the running sum is the first term of the next chunk), so the same bits as the
+    one-block estimators.
+    """
+    pairs = bits.shape[1]
+    sub = max(1, _BLOCK // n)
+    acc: FloatArray | None = None
+    for s0 in range(0, pairs, sub):
+        s1 = min(pairs, s0 + sub)
+        plus = np.unpackbits(bits[0, s0:s1], axis=-1, count=n)
+        minus = np.unpackbits(bits[1, s0:s1], axis=-1, count=n)
+        lead = 0 if acc is None else 1
+        dev = np.empty((lead + s1 - s0, n))
+        np.multiply(np.add(plus, minus), 0.5, out=dev[lead:])
+        if lbits is not None and gh is not None:
+            dev[lead:] -= gh * np.add(np.unpackbits(lbits[0, s0:s1], axis=-1, count=n),
+                                      np.unpackbits(lbits[1, s0:s1], axis=-1, count=n))
+        np.subtract(dev[lead:], centre, out=dev[lead:])
+        np.square(dev[lead:], out=dev[lead:])
+        if acc is not None:
+            dev[0] = acc
+        acc = np.add.reduce(dev, axis=0)
+    assert acc is not None
+    return acc
+
+
+def _forward_by_sample_chunks(z: FloatArray, k: Any, samples: int, seed: int) -> Forward:
+    """:func:`perturbed_forward` where one row's samples exceed a block: the same numbers, with the
+    samples drawn and reduced in chunks (:func:`_sample_chunks`), one row at a time.
+
+    Every per-pair quantity is the one the one-block computation makes; the counts are exact
+    integers, the top sums are kept per pair and averaged at the end as before, and the sum of
+    squared deviations (which needs the mean first) runs over the pairs in order, from the
+    selections kept as two bits per pair and entry (``samples * n / 8`` bytes per row, 1/32 of the
+    noise).
+    """
+    b, n = z.shape
+    pairs = samples // 2
+    fin_all = np.isfinite(z)
     real = not _is_int(k)
     c_all, g_all = _real_k(k, b) if real else (None, None)
     counts = np.zeros((b, n), dtype=np.uint64)
@@ -309,31 +366,23 @@ def _forward_by_sample_chunks(z: FloatArray, k: Any, samples: int, seed: int) ->
     # a real k: where each sample's c-th largest entry is, as bits too
     lcounts = np.zeros((b, n), dtype=np.uint64) if real else counts
     lbits = np.empty((b, 2, pairs, nbytes), dtype=np.uint8) if real else bits
-    for c0 in range(0, pairs, width):
-        c1 = min(pairs, c0 + width)
-        noise = perturbation_noise(n, samples, seed) if c1 - c0 == pairs else \
-            _noise_columns(n, samples, seed, slice(c0, c1))
-        for r in range(b):
-            zb = z[r : r + 1]
-            fb = fin_all[r : r + 1]
-            for s0 in range(0, c1 - c0, sub):
-                part = noise[:, s0 : s0 + sub]
-                nb = np.ascontiguousarray(part.T)[None] if fb.all() else _row_noise(fb, part)
-                at = slice(c0 + s0, c0 + s0 + part.shape[1])
-                if c_all is not None and g_all is not None:
-                    neg, sel, last, pos = _selections_real(zb, c_all[r : r + 1], nb)
-                    top = _real_top_sums(neg, sel, pos, g_all[r : r + 1], zb, nb, not fb.all())
-                    lcounts[r] += np.add(last[0, 0], last[1, 0]).sum(axis=0)
-                    lbits[r, :, at] = np.packbits(last[:, 0], axis=-1)
-                else:
-                    neg, sel = _selections(zb, k, nb)
-                    top = _top_sums(neg, sel, zb, nb, not fb.all())
-                tops[:, r, at] = top[:, 0]
-                counts[r] += np.add(sel[0, 0], sel[1, 0]).sum(axis=0)
-                bits[r, :, at] = np.packbits(sel[:, 0], axis=-1)
-        del noise
+    for r, _, at, nb in _sample_chunks(z, samples, seed):
+        zb = z[r : r + 1]
+        fb = fin_all[r : r + 1]
+        if c_all is not None and g_all is not None:
+            neg, sel, last, pos = _selections_real(zb, c_all[r : r + 1], nb)
+            top = _real_top_sums(neg, sel, pos, g_all[r : r + 1], zb, nb, not fb.all())
+            lcounts[r] += np.add(last[0, 0], last[1, 0]).sum(axis=0)
+            lbits[r, :, at] = np.packbits(last[:, 0], axis=-1)
+        else:
+            neg, sel = _selections(zb, k, nb)
+            top = _top_sums(neg, sel, zb, nb, not fb.all())
+        tops[:, r, at] = top[:, 0]
+        counts[r] += np.add(sel[0, 0], sel[1, 0]).sum(axis=0)
+        bits[r, :, at] = np.packbits(sel[:, 0], axis=-1)
     # as the one-block forward: sums of 0, 1/2, 1 over pairs are exact in any order
     half = 0.5 * counts
+    gh: FloatArray | None = None
     if g_all is not None:  # as the one-block forward
         gh = 0.5 * g_all[:, None]
         cut = gh * lcounts
@@ -346,25 +395,7 @@ def _forward_by_sample_chunks(z: FloatArray, k: Any, samples: int, seed: int) ->
     se = np.empty((b, n))
     rse = np.sqrt(pairs)
     for r in range(b):
-        # obs.std(ddof=1) as numpy computes it over the pairs axis: deviations from the mean,
-        # squared, added pair after pair (the running sum is the first term of the next chunk)
-        acc: FloatArray | None = None
-        for s0 in range(0, pairs, sub):
-            s1 = min(pairs, s0 + sub)
-            plus = np.unpackbits(bits[r, 0, s0:s1], axis=-1, count=n)
-            minus = np.unpackbits(bits[r, 1, s0:s1], axis=-1, count=n)
-            lead = 0 if acc is None else 1
-            dev = np.empty((lead + s1 - s0, n))
-            np.multiply(np.add(plus, minus), 0.5, out=dev[lead:])
-            if g_all is not None:
-                dev[lead:] -= gh[r] * np.add(np.unpackbits(lbits[r, 0, s0:s1], axis=-1, count=n),
-                                             np.unpackbits(lbits[r, 1, s0:s1], axis=-1, count=n))
-            np.subtract(dev[lead:], p[r], out=dev[lead:])
-            np.square(dev[lead:], out=dev[lead:])
-            if acc is not None:
-                dev[0] = acc
-            acc = np.add.reduce(dev, axis=0)
-        assert acc is not None
+        acc = _sum_of_squares(bits[r], p[r], n, lbits[r] if real else None, None if gh is None else gh[r])
         std = np.sqrt(acc / (pairs - 1))
         se[r] = np.where(fin_all[r], np.maximum(std / rse, 1.0 / pairs), 0.0)
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
