@@ -8,6 +8,7 @@ and their memory no longer grows with the sample count."""
 
 from __future__ import annotations
 
+import functools
 import tracemalloc
 
 import numpy as np
@@ -16,11 +17,6 @@ import pytest
 from test_perturbed_bits import _bits, _cases
 
 from topk_cli.operators import perturbed as new
-
-#: (_BLOCK, _NOISE_BUDGET, cases chunked, cases in several groups of pairs) of the 76 cases: chunks of
-#: a few pairs in one group; chunks of a few pairs in groups of a few (the Jacobian carries its sums
-#: from group to group); one pair a chunk and a group (the stream drawn again for every pair).
-_SETTINGS = [(8, 10**9, 69, 0), (64, 240, 54, 47), (1, 1, 76, 76)]
 
 
 def _real(k: int, z: np.ndarray) -> np.ndarray:
@@ -32,38 +28,59 @@ def _same(got: np.ndarray, want: np.ndarray) -> bool:
     return got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
 
 
-def _differences(z: np.ndarray, k: object, samples: int, seed: int, v: np.ndarray) -> list[str]:
+_Outputs = tuple[np.ndarray, ...]  # vjp, jacobian, its stderr, dk, its stderr
+
+#: (_BLOCK, _NOISE_BUDGET, the most samples, cases chunked, cases in several groups of pairs): chunks
+#: of a few pairs in one group, all 76 cases; chunks of a few pairs in groups of a few (the Jacobian
+#: carries its sums from group to group), all cases; one pair a chunk and a group (the stream drawn
+#: again for every pair), the 36 cases of at most 200 samples.
+_SETTINGS = [(8, 10**9, 1000, 69, 0), (64, 240, 1000, 54, 47), (1, 1, 200, 36, 36)]
+
+
+def _outputs(module, z: np.ndarray, k: object, samples: int, seed: int,  # type: ignore[no-untyped-def]
+             v: np.ndarray) -> _Outputs:
+    return (
+        module.perturbed_vjp(None, z, k, v, samples=samples, seed=seed),
+        *module.perturbed_jacobian_with_stderr(z, k, samples=samples, seed=seed),
+        *module.perturbed_dk_with_stderr(z, k, samples=samples, seed=seed),
+    )
+
+
+@functools.cache
+def _inputs() -> list[tuple[np.ndarray, object, int, int, np.ndarray]]:
+    """Every case of ``test_perturbed_bits`` with its integer k and with a real k per row, and a ``v``."""
+    rng = np.random.default_rng(11)
     out = []
-    if not _same(new.perturbed_vjp(None, z, k, v, samples=samples, seed=seed),  # type: ignore[arg-type]
-                 old.perturbed_vjp(None, z, k, v, samples=samples, seed=seed)):  # type: ignore[arg-type]
-        out.append("vjp")
-    got = new.perturbed_jacobian_with_stderr(z, k, samples=samples, seed=seed)
-    want = old.perturbed_jacobian_with_stderr(z, k, samples=samples, seed=seed)
-    names = ("jacobian", "jacobian stderr")
-    out += [name for name, a, b in zip(names, got, want, strict=True) if not _same(a, b)]
-    got = new.perturbed_dk_with_stderr(z, k, samples=samples, seed=seed)
-    want = old.perturbed_dk_with_stderr(z, k, samples=samples, seed=seed)
-    out += [name for name, a, b in zip(("dk", "dk stderr"), got, want, strict=True) if not _same(a, b)]
+    for z, k, samples, seed in _cases():
+        v = rng.standard_normal(z.shape)
+        live = int(np.isfinite(z).sum(axis=1).min())
+        out += [(z, kk, samples, seed, v) for kk in (k, _real(min(k, live), z))]
     return out
 
 
-@pytest.mark.parametrize(("block", "budget", "floor", "grouped_floor"), _SETTINGS)
+@functools.cache
+def _references() -> list[_Outputs]:
+    return [_outputs(old, *case) for case in _inputs()]
+
+
+@pytest.mark.parametrize(("block", "budget", "most", "floor", "grouped_floor"), _SETTINGS)
 def test_the_chunked_vjp_jacobian_and_dk_give_the_same_bits(monkeypatch: pytest.MonkeyPatch, block: int,
-                                                             budget: int, floor: int, grouped_floor: int) -> None:
+                                                             budget: int, most: int, floor: int,
+                                                             grouped_floor: int) -> None:
     monkeypatch.setattr(new, "_BLOCK", block)
     monkeypatch.setattr(new, "_NOISE_BUDGET", budget)
-    rng = np.random.default_rng(11)
+    names = ("vjp", "jacobian", "jacobian stderr", "dk", "dk stderr")
     chunked = grouped = 0
-    for z, k, samples, seed in _cases():
+    for (z, k, samples, seed, v), want in zip(_inputs(), _references(), strict=True):
+        if samples > most:
+            continue
         pairs, n = samples // 2, z.shape[1]
         chunked += pairs * n > block
         grouped += pairs * n > block and pairs > max(1, budget // n)
-        v = rng.standard_normal(z.shape)
-        live = int(np.isfinite(z).sum(axis=1).min())
-        for kk in (k, _real(min(k, live), z)):
-            found = _differences(z, kk, samples, seed, v)
-            assert not found, (z.shape, kk, samples, seed, found)
-    assert (chunked, grouped) == (floor, grouped_floor)
+        got = _outputs(new, z, k, samples, seed, v)
+        found = [name for name, a, b in zip(names, got, want, strict=True) if not _same(a, b)]
+        assert not found, (z.shape, k, samples, seed, found)
+    assert (chunked, grouped) == (2 * floor, 2 * grouped_floor)  # each case with an integer and a real k
 
 
 def test_the_default_block_chunks_a_long_row(monkeypatch: pytest.MonkeyPatch) -> None:
