@@ -619,11 +619,12 @@ def _vjp_by_sample_chunks(z: FloatArray, k: Any, v: FloatArray, samples: int, se
     for start in range(0, max(len(pos) for pos in live), step):
         noise = rng.standard_normal((min(n, start + step) - start, pairs))  # entries by rank, in order
         for r, pos in enumerate(live):
-            at = pos[start : start + step]
-            if not at.size:
+            entries = pos[start : start + step]
+            if not entries.size:
                 continue
-            zc = noise[: at.size] - mean[r]  # the pairs contiguous, as the one-block centred noise
-            out[r, at] = np.einsum("rm,rmj->rj", weight[r : r + 1], _two(zc, 0).T[None])[0, : at.size]
+            zc = noise[: entries.size] - mean[r]  # the pairs contiguous, as the one-block centred noise
+            summed = np.einsum("rm,rmj->rj", weight[r : r + 1], _two(zc, 0).T[None])
+            out[r, entries] = summed[0, : entries.size]
     return out / pairs
 
 
