@@ -37,6 +37,7 @@ of the expectation; :func:`perturbed_jacobian_with_stderr` gives its standard er
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -284,22 +285,103 @@ def perturbed_forward(z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
 
 
+def _noise_groups(n: int, samples: int, seed: int) -> Iterator[tuple[slice, FloatArray]]:
+    """``(group, noise)``: the columns ``group`` of :func:`perturbation_noise`, ``_NOISE_BUDGET // n``
+    pairs at a time (the stream is drawn again for each group; once when it fits)."""
+    pairs = samples // 2
+    width = max(1, min(pairs, _NOISE_BUDGET // n))
+    for c0 in range(0, pairs, width):
+        c1 = min(pairs, c0 + width)
+        noise = perturbation_noise(n, samples, seed) if c1 - c0 == pairs else \
+            _noise_columns(n, samples, seed, slice(c0, c1))
+        yield slice(c0, c1), noise
+        del noise
+
+
+def _sample_chunks(z: FloatArray, samples: int, seed: int) -> Iterator[tuple[int, slice, FloatArray]]:
+    """The chunks in which the forward and ``dp/dk`` draw a row's samples when they exceed a block:
+    ``(r, at, part)``, the ``(n, pairs in at)`` columns of :func:`perturbation_noise` that row ``r``
+    takes for the pairs ``at``: the groups of :func:`_noise_groups`, and in each group every row of
+    the batch, ``_BLOCK // n`` pairs at a time, in order.
+    """
+    b, n = z.shape
+    sub = max(1, _BLOCK // n)
+    for group, noise in _noise_groups(n, samples, seed):
+        for r in range(b):
+            for s0 in range(0, group.stop - group.start, sub):
+                part = noise[:, s0 : s0 + sub]
+                yield r, slice(group.start + s0, group.start + s0 + part.shape[1]), part
+
+
+def _noise_means(noise: FloatArray, live: NDArray[np.intp]) -> dict[int, FloatArray]:
+    """``{m: mean of the rows [0, m) of noise}`` for every count ``m`` of unmasked entries in
+    ``live``: :func:`_centred`'s means, summed as numpy sums the one-block noise over the entries
+    (the entries one after the other: a cumulative sum, ``_BLOCK // pairs`` rows at a time)."""
+    width = noise.shape[1]
+    step = max(1, _BLOCK // width)
+    counts = sorted({int(m) for m in live})
+    out: dict[int, FloatArray] = {}
+    acc = np.zeros((1, width))
+    for start in range(0, counts[-1], step):
+        run = np.cumsum(np.concatenate([acc, noise[start : start + step]]), axis=0)
+        for m in counts:
+            if start < m <= start + step:
+                out[m] = run[m - start] / m
+        acc = run[-1:]
+    return out
+
+
+def _chunk_noise(fb: np.ndarray, part: FloatArray) -> FloatArray:
+    """The ``(1, pairs, n)`` noise of a row (``fb``: its ``(1, n)`` unmasked entries) and a chunk of
+    :func:`_sample_chunks`, C-contiguous where no entry is masked."""
+    return np.ascontiguousarray(part.T)[None] if fb.all() else _row_noise(fb, part)
+
+
+def _sum_of_squares(bits: np.ndarray, centre: FloatArray, n: int, lbits: np.ndarray | None = None,
+                    gh: FloatArray | None = None) -> FloatArray:
+    """``sum over pairs of (obs - centre)^2`` for one row, from its selections kept as bits (``(2, pairs,
+    bytes)`` from ``np.packbits``): ``obs = (plus + minus) / 2``, less ``gh (last+ + last-)`` when the
+    bits ``lbits`` of the c-th entries are given.
+
+    As ``obs.std(ddof=1)`` computes it over the pairs axis: deviations from the mean, squared, added
+    pair after pair (the running sum is the first term of the next chunk), so the same bits as the
+    one-block estimators.
+    """
+    pairs = bits.shape[1]
+    sub = max(1, _BLOCK // n)
+    acc: FloatArray | None = None
+    for s0 in range(0, pairs, sub):
+        s1 = min(pairs, s0 + sub)
+        plus = np.unpackbits(bits[0, s0:s1], axis=-1, count=n)
+        minus = np.unpackbits(bits[1, s0:s1], axis=-1, count=n)
+        lead = 0 if acc is None else 1
+        dev = np.empty((lead + s1 - s0, n))
+        np.multiply(np.add(plus, minus), 0.5, out=dev[lead:])
+        if lbits is not None and gh is not None:
+            dev[lead:] -= gh * np.add(np.unpackbits(lbits[0, s0:s1], axis=-1, count=n),
+                                      np.unpackbits(lbits[1, s0:s1], axis=-1, count=n))
+        np.subtract(dev[lead:], centre, out=dev[lead:])
+        np.square(dev[lead:], out=dev[lead:])
+        if acc is not None:
+            dev[0] = acc
+        acc = np.add.reduce(dev, axis=0)
+    assert acc is not None
+    return acc
+
+
 def _forward_by_sample_chunks(z: FloatArray, k: Any, samples: int, seed: int) -> Forward:
     """:func:`perturbed_forward` where one row's samples exceed a block: the same numbers, with the
-    samples drawn and reduced in chunks, one row at a time.
+    samples drawn and reduced in chunks (:func:`_sample_chunks`), one row at a time.
 
-    The noise is held ``_NOISE_BUDGET // n`` pairs at a time (the stream is drawn again for each such
-    group of pairs; once when it fits), the selections a block at a time. Every per-pair quantity is
-    the one the one-block computation makes; the counts are exact integers, the top sums are kept
-    per pair and averaged at the end as before, and the sum of squared deviations (which needs the
-    mean first) runs over the pairs in order, from the selections kept as two bits per pair and
-    entry (``samples * n / 8`` bytes per row, 1/32 of the noise).
+    Every per-pair quantity is the one the one-block computation makes; the counts are exact
+    integers, the top sums are kept per pair and averaged at the end as before, and the sum of
+    squared deviations (which needs the mean first) runs over the pairs in order, from the
+    selections kept as two bits per pair and entry (``samples * n / 8`` bytes per row, 1/32 of the
+    noise).
     """
     b, n = z.shape
     pairs = samples // 2
     fin_all = np.isfinite(z)
-    width = max(1, min(pairs, _NOISE_BUDGET // n))
-    sub = max(1, _BLOCK // n)
     real = not _is_int(k)
     c_all, g_all = _real_k(k, b) if real else (None, None)
     counts = np.zeros((b, n), dtype=np.uint64)
@@ -309,31 +391,24 @@ def _forward_by_sample_chunks(z: FloatArray, k: Any, samples: int, seed: int) ->
     # a real k: where each sample's c-th largest entry is, as bits too
     lcounts = np.zeros((b, n), dtype=np.uint64) if real else counts
     lbits = np.empty((b, 2, pairs, nbytes), dtype=np.uint8) if real else bits
-    for c0 in range(0, pairs, width):
-        c1 = min(pairs, c0 + width)
-        noise = perturbation_noise(n, samples, seed) if c1 - c0 == pairs else \
-            _noise_columns(n, samples, seed, slice(c0, c1))
-        for r in range(b):
-            zb = z[r : r + 1]
-            fb = fin_all[r : r + 1]
-            for s0 in range(0, c1 - c0, sub):
-                part = noise[:, s0 : s0 + sub]
-                nb = np.ascontiguousarray(part.T)[None] if fb.all() else _row_noise(fb, part)
-                at = slice(c0 + s0, c0 + s0 + part.shape[1])
-                if c_all is not None and g_all is not None:
-                    neg, sel, last, pos = _selections_real(zb, c_all[r : r + 1], nb)
-                    top = _real_top_sums(neg, sel, pos, g_all[r : r + 1], zb, nb, not fb.all())
-                    lcounts[r] += np.add(last[0, 0], last[1, 0]).sum(axis=0)
-                    lbits[r, :, at] = np.packbits(last[:, 0], axis=-1)
-                else:
-                    neg, sel = _selections(zb, k, nb)
-                    top = _top_sums(neg, sel, zb, nb, not fb.all())
-                tops[:, r, at] = top[:, 0]
-                counts[r] += np.add(sel[0, 0], sel[1, 0]).sum(axis=0)
-                bits[r, :, at] = np.packbits(sel[:, 0], axis=-1)
-        del noise
+    for r, at, part in _sample_chunks(z, samples, seed):
+        zb = z[r : r + 1]
+        fb = fin_all[r : r + 1]
+        nb = _chunk_noise(fb, part)
+        if c_all is not None and g_all is not None:
+            neg, sel, last, pos = _selections_real(zb, c_all[r : r + 1], nb)
+            top = _real_top_sums(neg, sel, pos, g_all[r : r + 1], zb, nb, not fb.all())
+            lcounts[r] += np.add(last[0, 0], last[1, 0]).sum(axis=0)
+            lbits[r, :, at] = np.packbits(last[:, 0], axis=-1)
+        else:
+            neg, sel = _selections(zb, k, nb)
+            top = _top_sums(neg, sel, zb, nb, not fb.all())
+        tops[:, r, at] = top[:, 0]
+        counts[r] += np.add(sel[0, 0], sel[1, 0]).sum(axis=0)
+        bits[r, :, at] = np.packbits(sel[:, 0], axis=-1)
     # as the one-block forward: sums of 0, 1/2, 1 over pairs are exact in any order
     half = 0.5 * counts
+    gh: FloatArray | None = None
     if g_all is not None:  # as the one-block forward
         gh = 0.5 * g_all[:, None]
         cut = gh * lcounts
@@ -346,25 +421,7 @@ def _forward_by_sample_chunks(z: FloatArray, k: Any, samples: int, seed: int) ->
     se = np.empty((b, n))
     rse = np.sqrt(pairs)
     for r in range(b):
-        # obs.std(ddof=1) as numpy computes it over the pairs axis: deviations from the mean,
-        # squared, added pair after pair (the running sum is the first term of the next chunk)
-        acc: FloatArray | None = None
-        for s0 in range(0, pairs, sub):
-            s1 = min(pairs, s0 + sub)
-            plus = np.unpackbits(bits[r, 0, s0:s1], axis=-1, count=n)
-            minus = np.unpackbits(bits[r, 1, s0:s1], axis=-1, count=n)
-            lead = 0 if acc is None else 1
-            dev = np.empty((lead + s1 - s0, n))
-            np.multiply(np.add(plus, minus), 0.5, out=dev[lead:])
-            if g_all is not None:
-                dev[lead:] -= gh[r] * np.add(np.unpackbits(lbits[r, 0, s0:s1], axis=-1, count=n),
-                                             np.unpackbits(lbits[r, 1, s0:s1], axis=-1, count=n))
-            np.subtract(dev[lead:], p[r], out=dev[lead:])
-            np.square(dev[lead:], out=dev[lead:])
-            if acc is not None:
-                dev[0] = acc
-            acc = np.add.reduce(dev, axis=0)
-        assert acc is not None
+        acc = _sum_of_squares(bits[r], p[r], n, lbits[r] if real else None, None if gh is None else gh[r])
         std = np.sqrt(acc / (pairs - 1))
         se[r] = np.where(fin_all[r], np.maximum(std / rse, 1.0 / pairs), 0.0)
     return Forward(p=p, q=q, aux={"stderr": se, "potential": potential})
@@ -398,6 +455,68 @@ def _block_difference(z: FloatArray, k: Any, blk: slice, noise: FloatArray) -> F
     return diff
 
 
+def _row_k(k: Any, b: int) -> Any:
+    """``k`` for :func:`_block_difference` of one row at a time: an int, or the real k of every row."""
+    return k if _is_int(k) else np.broadcast_to(np.asarray(k, dtype=np.float64).reshape(-1), (b,))
+
+
+def _jacobian_by_sample_chunks(z: FloatArray, k: Any, samples: int,
+                               seed: int) -> tuple[FloatArray, FloatArray]:
+    """:func:`perturbed_jacobian_with_stderr` where one row's samples exceed a block: the samples of
+    :func:`_sample_chunks`, a group of pairs at a time, with the same bits.
+
+    A row's differences and centred noise are gathered for a group of pairs (as many elements as
+    the group's noise) in the layout the one-block code gives them, and reduced by the same
+    ``einsum``, which adds the pairs one after the other there. A later group carries the running
+    sums in as ``n`` leading pairs (the identity against them: the products ``0 * s`` leave every
+    sum as it is), so the sums over all pairs are the one-block ones, bit for bit, at the cost of
+    ``n`` pairs (and an ``n x n`` block of each buffer) per later group.
+    """
+    b, n = z.shape
+    pairs = samples // 2
+    fin = np.isfinite(z)
+    kr = _row_k(k, b)
+    width = max(1, min(pairs, _NOISE_BUDGET // n))
+    lead_max = n if width < pairs else 0
+    dbuf = np.empty((1, lead_max + width, n))
+    zmem = np.empty((1, n, lead_max + width))  # the centred noise with the pairs contiguous, as _row_noise
+    zbuf = np.transpose(zmem, (0, 2, 1))
+    if lead_max:
+        dbuf[0, :n] = np.eye(n)
+    jac = np.zeros((b, n, n))
+    second = np.zeros((b, n, n))
+    sub = max(1, _BLOCK // n)
+    live = fin.sum(axis=1)
+    for group, noise in _noise_groups(n, samples, seed):
+        means = _noise_means(noise, live)
+        lead = 0 if group.start == 0 else n
+        rows = slice(lead_max - lead, lead_max + group.stop - group.start)
+        body = slice(lead_max, rows.stop)
+        for r in range(b):
+            fb = fin[r : r + 1]
+            for s0 in range(0, group.stop - group.start, sub):
+                part = noise[:, s0 : s0 + sub]
+                cols = slice(s0, s0 + part.shape[1])
+                put = slice(lead_max + s0, lead_max + cols.stop)
+                nb = _row_noise(fb, part)
+                kb = kr if _is_int(kr) else kr[r : r + 1]
+                dbuf[:, put] = _block_difference(z[r : r + 1], kb, slice(0, 1), nb)
+                # _centred with the group's means
+                zbuf[:, put] = np.where(fb[:, None, :], nb - means[live[r]][None, cols, None], 0.0)
+            if lead:
+                zbuf[0, :lead] = jac[r]
+            jac[r] = np.einsum("rmi,rmj->rij", dbuf[:, rows], zbuf[:, rows])[0]
+            np.square(dbuf[:, body], out=dbuf[:, body])
+            np.square(zbuf[:, body], out=zbuf[:, body])
+            if lead:
+                zbuf[0, :lead] = second[r]
+            second[r] = np.einsum("rmi,rmj->rij", dbuf[:, rows], zbuf[:, rows])[0]
+    mean = jac / pairs
+    second /= pairs
+    var = np.maximum(second - mean * mean, 0.0) * pairs / (pairs - 1)
+    return mean, np.sqrt(var / pairs)
+
+
 def perturbed_jacobian_with_stderr(z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
                                    seed: int = DEFAULT_SEED) -> tuple[FloatArray, FloatArray]:
     """``(J, stderr)``: the integration-by-parts estimate of ``dp/dz`` and its standard error.
@@ -407,6 +526,8 @@ def perturbed_jacobian_with_stderr(z: FloatArray, k: Any, *, samples: int = DEFA
     """
     samples, seed = check_perturbed_params(samples, seed)
     b, n = z.shape
+    if (samples // 2) * n > _BLOCK:
+        return _jacobian_by_sample_chunks(z, k, samples, seed)
     noise = perturbation_noise(n, samples, seed)
     pairs = noise.shape[1]
     fin = np.isfinite(z)
@@ -432,9 +553,17 @@ def perturbed_jacobian(fwd: Forward, z: FloatArray, k: Any, *, samples: int = DE
 
 def perturbed_vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray, *, samples: int = DEFAULT_SAMPLES,
                   seed: int = DEFAULT_SEED) -> FloatArray:
-    """``v^T dp/dz`` estimated as ``mean over pairs of (v . D) Zc`` in O(samples n) per row."""
+    """``v^T dp/dz`` estimated as ``mean over pairs of (v . D) Zc`` in O(samples n) time per row.
+
+    Where one row's samples exceed a block they are drawn in the forward's groups and chunks, with
+    the same bits (see :func:`_vjp_by_sample_chunks`): the memory is then that of a group of noise
+    (``2^25`` elements) and of a chunk (``2^22``), plus two floats per pair and row, whatever the
+    sample count.
+    """
     samples, seed = check_perturbed_params(samples, seed)
     b, n = z.shape
+    if (samples // 2) * n > _BLOCK:
+        return _vjp_by_sample_chunks(z, k, v, samples, seed)
     noise = perturbation_noise(n, samples, seed)
     pairs = noise.shape[1]
     fin = np.isfinite(z)
@@ -445,6 +574,83 @@ def perturbed_vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray, *, samples
         weight = np.einsum("rmi,ri->rm", diff, v[blk])
         out[blk] = np.einsum("rm,rmj->rj", weight, _centred(nb, fin[blk])) / pairs
     return out
+
+
+def _two(a: FloatArray, axis: int) -> FloatArray:
+    """``a`` with its only element along ``axis`` repeated, or ``a``: an ``einsum`` over one pair (one
+    entry) takes another path than over several (a single sum over more than 8192 elements is summed
+    in pieces), so that a chunk of one is summed as the one-block arrays are."""
+    return np.repeat(a, 2, axis=axis) if a.shape[axis] == 1 else a
+
+
+def _vjp_by_sample_chunks(z: FloatArray, k: Any, v: FloatArray, samples: int, seed: int) -> FloatArray:
+    """:func:`perturbed_vjp` where one row's samples exceed a block, with the same bits, in two passes.
+
+    The one-block ``einsum`` sums each entry's ``(v . D) Zc`` over all the pairs at once (in SIMD
+    lanes, not pair after pair), so the sums are taken a block of entries at a time instead. First
+    the forward's groups and chunks give each pair's weight ``v . D`` and noise mean (two floats per
+    pair and row); then the stream is drawn once more, ``_BLOCK // pairs`` entries (all their pairs)
+    at a time, and each block of entries is centred and reduced by the same ``einsum``, in the same
+    layout.
+    """
+    b, n = z.shape
+    pairs = samples // 2
+    fin = np.isfinite(z)
+    kr = _row_k(k, b)
+    weight = np.empty((b, pairs))
+    mean = np.empty((b, pairs))
+    sub = max(1, _BLOCK // n)
+    counts = fin.sum(axis=1)
+    for group, noise in _noise_groups(n, samples, seed):
+        means = _noise_means(noise, counts)
+        for r in range(b):
+            blk = slice(r, r + 1)
+            mean[r, group] = means[counts[r]]
+            for s0 in range(0, group.stop - group.start, sub):
+                part = noise[:, s0 : s0 + sub]
+                kb = kr if _is_int(kr) else kr[blk]
+                diff = _block_difference(z[blk], kb, slice(0, 1), _row_noise(fin[blk], part))
+                at = slice(group.start + s0, group.start + s0 + part.shape[1])
+                weight[r, at] = np.einsum("rmi,ri->rm", _two(diff, 1), v[blk])[0, : part.shape[1]]
+    out = np.zeros((b, n))  # a masked entry's sum of products with 0 is +0
+    live = [np.flatnonzero(fin[r]) for r in range(b)]
+    rng = np.random.default_rng(seed)
+    step = max(1, _BLOCK // pairs)
+    for start in range(0, max(len(pos) for pos in live), step):
+        noise = rng.standard_normal((min(n, start + step) - start, pairs))  # entries by rank, in order
+        for r, pos in enumerate(live):
+            entries = pos[start : start + step]
+            if not entries.size:
+                continue
+            zc = noise[: entries.size] - mean[r]  # the pairs contiguous, as the one-block centred noise
+            summed = np.einsum("rm,rmj->rj", weight[r : r + 1], _two(zc, 0).T[None])
+            out[r, entries] = summed[0, : entries.size]
+    return out / pairs
+
+
+def _dk_by_sample_chunks(z: FloatArray, c: NDArray[np.intp], samples: int,
+                         seed: int) -> tuple[FloatArray, FloatArray]:
+    """:func:`perturbed_dk_with_stderr` over the chunks of :func:`_sample_chunks`, with the same
+    bits: the counts are exact integers and the sum of squared deviations runs over the pairs in
+    order, from the c-th entries kept as two bits per pair and entry (``samples * n / 8`` bytes per
+    row), as in the forward."""
+    b, n = z.shape
+    pairs = samples // 2
+    fin = np.isfinite(z)
+    counts = np.zeros((b, n), dtype=np.uint64)
+    bits = np.empty((b, 2, pairs, (n + 7) // 8), dtype=np.uint8)
+    for r, at, part in _sample_chunks(z, samples, seed):
+        last = _selections_real(z[r : r + 1], c[r : r + 1], _chunk_noise(fin[r : r + 1], part))[2]
+        counts[r] += np.add(last[0, 0], last[1, 0]).sum(axis=0)
+        bits[r, :, at] = np.packbits(last[:, 0], axis=-1)
+    # sums of 0, 1/2, 1 over pairs are exact in any order: the one-block obs.sum / pairs
+    dk = 0.5 * counts / pairs
+    se = np.empty((b, n))
+    rse = np.sqrt(pairs)
+    for r in range(b):
+        std = np.sqrt(_sum_of_squares(bits[r], dk[r], n) / (pairs - 1))
+        se[r] = np.where(fin[r], np.maximum(std / rse, 1.0 / pairs), 0.0)
+    return dk, se
 
 
 def perturbed_dk_with_stderr(z: FloatArray, k: Any, *, samples: int = DEFAULT_SAMPLES,
@@ -463,10 +669,12 @@ def perturbed_dk_with_stderr(z: FloatArray, k: Any, *, samples: int = DEFAULT_SA
     """
     samples, seed = check_perturbed_params(samples, seed)
     b, n = z.shape
+    c = np.full(b, k, dtype=np.intp) if _is_int(k) else _real_k(k, b)[0]
+    if (samples // 2) * n > _BLOCK:
+        return _dk_by_sample_chunks(z, c, samples, seed)
     noise = perturbation_noise(n, samples, seed)
     pairs = noise.shape[1]
     fin = np.isfinite(z)
-    c = np.full(b, k, dtype=np.intp) if _is_int(k) else _real_k(k, b)[0]
     dk = np.empty((b, n))
     se = np.empty((b, n))
     rse = np.sqrt(pairs)
