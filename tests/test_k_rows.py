@@ -223,3 +223,13 @@ def test_vjp_in_k_is_v_dot_dp_dk(method: str) -> None:
     dk = st.jacobian(x, k, method, tau=tau, wrt="k", **params)
     want = np.einsum("bi,bi->b", v, dk)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13 * np.abs(v).max())
+
+
+def test_tau_for_hardness_takes_a_k_per_row() -> None:
+    """An array of one repeated k gives the scalar k's tau to the bit; a k per row is matched too."""
+    x = np.random.default_rng(5).normal(size=(20, 8))
+    one = st.tau_for_hardness(x, 2, "thre-sigmoid", 0.8)
+    many = st.tau_for_hardness(x, np.full(20, 2.0), "thre-sigmoid", 0.8)
+    assert one.status == many.status == "ok" and one.tau == many.tau
+    per_row = st.tau_for_hardness(x, np.array([1.0, 2.0, 3.0, 2.5] * 5), "thre-sigmoid", 0.8)
+    assert per_row.status == "ok" and np.isfinite(per_row.tau) and per_row.tau > 0
