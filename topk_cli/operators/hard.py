@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 
@@ -47,20 +48,28 @@ def hard_topk_weights(x: FloatArray, k: Any) -> FloatArray:
     return hard_topk(flat, k).p.reshape(x.shape)
 
 
-def _kth_real(z: FloatArray, k: FloatArray) -> FloatArray:
-    """The ``ceil(k[b])``-th largest entry of each row, ``(B, 1)``: one partition of every row at
-    all the distinct positions the batch needs (a sort when they are many), no loop over rows."""
+def largest_per_row(z: FloatArray, *ranks: NDArray[np.intp]) -> list[FloatArray]:
+    """For each ``(B,)`` array of ranks ``j`` (``1 <= j <= n``), the ``j[b]``-th largest entry of each
+    row ``b`` of ``z``, with no loop over rows: one partition at the largest rank and a sort of the
+    entries above it when they are few (a scalar k's cost), else one partition at every position
+    the batch needs.
+
+    >>> largest_per_row(np.array([[3.0, 1.0, 2.0], [5.0, 4.0, 6.0]]), np.array([1, 3]))[0]
+    array([3., 4.])
+    """
     n = z.shape[-1]
-    c = np.ceil(k).astype(np.intp)
-    c_max = int(c.max()) if c.size else 1
+    c_max = max((int(j.max()) for j in ranks if j.size), default=1)
     if c_max <= max(64, n // 8):
-        # one partition at the largest position (a scalar k's cost), then a sort of the few
-        # entries above it: the c-th largest of a row is the (c_max - c)-th of its sorted top c_max
         top = np.sort(np.partition(z, n - c_max, axis=-1)[:, n - c_max :], axis=-1)
-        return np.take_along_axis(top, (c_max - c)[:, None], axis=-1)
-    pos = n - c  # ascending position of the ceil(k)-th largest
-    part = np.partition(z, np.unique(pos), axis=-1)
-    return np.take_along_axis(part, pos[:, None], axis=-1)
+        return [np.take_along_axis(top, (c_max - j)[:, None], axis=-1)[:, 0] for j in ranks]
+    pos = np.unique(np.concatenate([n - j for j in ranks]))  # ascending positions
+    part = np.partition(z, pos, axis=-1)
+    return [np.take_along_axis(part, (n - j)[:, None], axis=-1)[:, 0] for j in ranks]
+
+
+def _kth_real(z: FloatArray, k: FloatArray) -> FloatArray:
+    """The ``ceil(k[b])``-th largest entry of each row, ``(B, 1)``."""
+    return largest_per_row(z, np.ceil(k).astype(np.intp))[0][:, None]
 
 
 def hard_topk(z: FloatArray, k: Any) -> Forward:

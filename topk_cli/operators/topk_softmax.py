@@ -24,6 +24,7 @@ import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
 from topk_cli.operators._logspace import exp_into
+from topk_cli.operators.hard import largest_per_row
 from topk_cli.references import BoolArray, ReferenceContext
 
 
@@ -54,28 +55,12 @@ def _kth_largest(z: FloatArray, k: int) -> tuple[FloatArray, np.ndarray, np.ndar
 
 
 def _kth_largest_rows(z: FloatArray, k: FloatArray) -> tuple[FloatArray, np.ndarray, np.ndarray]:
-    """:func:`_kth_largest` with one integer ``k`` per row (a ``(B,)`` float array of integer values):
-    one partition at the largest position needed and a sort of the entries above it when they are
-    few, else a partition at every position the batch needs; no loop over rows."""
+    """:func:`_kth_largest` with one integer ``k`` per row (a ``(B,)`` float array of integer values),
+    from the ``(k-1)``-th, ``k``-th and ``(k+1)``-th largest of each row in one selection."""
     n = z.shape[1]
     kk = k.astype(np.intp)
-    c_max = min(n, int(kk.max()) + 1) if kk.size else 1
-    if c_max <= max(64, n // 8):
-        top = np.sort(np.partition(z, n - c_max, axis=1)[:, n - c_max :], axis=1)
-
-        def largest(j: np.ndarray) -> FloatArray:  # the j-th largest of each row, 1 <= j <= c_max
-            return np.take_along_axis(top, (c_max - j)[:, None], axis=1)[:, 0]
-    else:
-        pos = np.unique(np.concatenate([n - kk - 1, n - kk, n - kk + 1]))
-        part = np.partition(z, pos[(pos >= 0) & (pos < n)], axis=1)
-
-        def largest(j: np.ndarray) -> FloatArray:
-            return np.take_along_axis(part, (n - j)[:, None], axis=1)[:, 0]
-
-    s_k = largest(kk)
-    tie = (kk > 1) & (largest(np.maximum(kk - 1, 1)) == s_k)
-    shared = (kk < n) & (largest(np.minimum(kk + 1, c_max)) == s_k)
-    return s_k, tie, shared
+    below, s_k, above = largest_per_row(z, np.maximum(kk - 1, 1), kk, np.minimum(kk + 1, n))
+    return s_k, (kk > 1) & (below == s_k), (kk < n) & (above == s_k)
 
 
 def topk_softmax_forward(z: FloatArray, k: int | FloatArray) -> Forward:
