@@ -173,6 +173,27 @@ def _integer_only(spec: MethodSpec, shown: object) -> NoReturn:
     )
 
 
+def _per_row(value: object, name: str, batch_shape: tuple[int, ...]) -> FloatArray:
+    """An array-like ``value`` (``k`` or ``tau``) as float64 with one entry per row, ``(B,)``, after
+    broadcasting it to ``batch_shape`` (a trailing axis of length 1 is dropped: ``k[..., None]``
+    beside ``x``); the range is the caller's to check."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # ragged nested lists, odd objects
+        raise InvalidArgumentError(f"{name} must be a number or an array of numbers: {exc}") from None
+    if arr.dtype.kind not in "iuf":
+        raise InvalidArgumentError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim == len(batch_shape) + 1 and arr.shape[-1] == 1:  # kept dims
+        arr = arr[..., 0]
+    try:
+        return np.broadcast_to(arr.astype(np.float64), batch_shape).reshape(-1)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{name} of shape {arr.shape} does not broadcast to the batch shape {batch_shape} "
+            "(x without its selected axis)"
+        ) from None
+
+
 def _k_plan(
     k: object, spec: MethodSpec, batch_shape: tuple[int, ...], n: int
 ) -> tuple[KArg, FloatArray | None, int | float | FloatArray]:
@@ -181,7 +202,7 @@ def _k_plan(
     an integer-only method takes ``1 <= k <= n``, the others ``0 < k <= n`` (rows' masks are
     checked by the caller)."""
     integer = spec.capabilities.integer_k
-    if _is_scalar(k) and not isinstance(k, np.ndarray):  # a Python or numpy scalar (or junk)
+    if _is_scalar(k):  # a Python or numpy scalar (or junk)
         if integer:
             if isinstance(k, (float, np.floating)) and np.isfinite(k) and not float(k).is_integer():
                 _integer_only(spec, k)
@@ -191,22 +212,7 @@ def _k_plan(
             return int(real), None, int(real)
         filled = np.full(int(np.prod(batch_shape)), real)
         return filled, filled, real
-    if isinstance(k, (str, bytes)):
-        raise InvalidArgumentError(f"k must be a number or an array of numbers, got {k!r}")
-    try:
-        arr = np.asarray(k)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"k must be a number or an array of numbers: {exc}") from None
-    if arr.dtype.kind not in "iuf":
-        raise InvalidArgumentError(f"k must hold real numbers, got dtype {arr.dtype}")
-    if arr.ndim == len(batch_shape) + 1 and arr.shape[-1] == 1:  # kept dims (k[..., None] beside x)
-        arr = arr[..., 0]
-    try:
-        rows = np.broadcast_to(arr.astype(np.float64), batch_shape).reshape(-1)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"k of shape {arr.shape} does not broadcast to the batch shape {batch_shape} (x without its selected axis)"
-        ) from None
+    rows = _per_row(k, "k", batch_shape)
     bad = ~np.isfinite(rows) | (rows > n) | ((rows < 1) if integer else (rows <= 0))
     if bad.any():
         flat = int(np.argmax(bad))
@@ -242,22 +248,7 @@ def _tau_plan(tau: object, batch_shape: tuple[int, ...]) -> tuple[float | FloatA
     if _is_scalar(tau):
         value = check_tau(tau)
         return value, value
-    if isinstance(tau, (str, bytes)):
-        raise InvalidArgumentError(f"tau must be a finite number > 0 or an array of them, got {tau!r}")
-    try:
-        arr = np.asarray(tau)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"tau must be a number or an array of numbers: {exc}") from None
-    if arr.dtype.kind not in "iuf":
-        raise InvalidArgumentError(f"tau must hold real numbers, got dtype {arr.dtype}")
-    if arr.ndim == len(batch_shape) + 1 and arr.shape[-1] == 1:  # kept dims (tau[..., None] beside x)
-        arr = arr[..., 0]
-    try:
-        rows = np.broadcast_to(arr.astype(np.float64), batch_shape).reshape(-1)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"tau of shape {arr.shape} does not broadcast to the batch shape {batch_shape} (x without its selected axis)"
-        ) from None
+    rows = _per_row(tau, "tau", batch_shape)
     bad = ~(np.isfinite(rows) & (rows > 0))
     if bad.any():
         flat = int(np.argmax(bad))
@@ -676,18 +667,6 @@ def _finite_z(prep: _Prepared) -> FloatArray:
     return np.where(np.isfinite(prep.z), prep.z, 0.0)
 
 
-def _row_values(prep: _Prepared, out: FloatArray, what: str) -> NDArray[Any]:
-    """A per-row derivative ``(B,)`` in the batch shape and output dtype; a non-finite row raises."""
-    bad = np.flatnonzero(~np.isfinite(out))
-    if bad.size:
-        raise NumericalFailureError(tuple(
-            RowFailure(method=prep.spec.name, row=_row_index(int(b), prep.shape[:-1]), code="nan",
-                       detail=f"the {what} is not finite at this input (not computable in float64)")
-            for b in bad
-        ))
-    return out.astype(prep.out_dtype).reshape(prep.shape[:-1])
-
-
 def jacobian(
     x: ArrayLike, k: object, method: str = DEFAULT_METHOD, *, tau: object = 1.0, wrt: Wrt = "x", axis: int = -1,
     **params: Any,
@@ -737,7 +716,8 @@ def jacobian(
 
 
 def _finite_or_raise(prep: _Prepared, out: FloatArray, what: str) -> NDArray[Any]:
-    """``out`` (not divided by tau) in the output dtype, refusing rows that are not finite."""
+    """``out`` (rows first, not divided by tau) in the output dtype, refusing the rows with an entry
+    that is not finite."""
     bad = np.flatnonzero(~np.isfinite(out.reshape(out.shape[0], -1)).all(axis=-1))
     if bad.size:
         raise NumericalFailureError(tuple(
@@ -810,7 +790,7 @@ def vjp(
             assert g_z is not None
             # z = (x - max x) / tau: dz/dtau = -z / tau, so v . dp/dtau = -(v^T J_z) . z / tau
             g_tau = -np.einsum("bi,bi->b", g_z, _finite_z(prep)) / prep.rows_tau()
-            results["tau"] = _row_values(prep, g_tau, "vector-Jacobian product with respect to tau")
+            results["tau"] = _finite_or_raise(prep, g_tau, "vector-Jacobian product with respect to tau").reshape(prep.shape[:-1])
         if "x" in names:
             assert g_z is not None
             results["x"] = _finish_vjp(prep, g_z, v_arr)
@@ -820,7 +800,7 @@ def vjp(
                 g_k = fast(fwd, prep.z, prep.k, v2)
             else:
                 g_k = np.einsum("bi,bi->b", v2, _dk(prep, fwd))
-            results["k"] = _row_values(prep, g_k, "vector-Jacobian product with respect to k")
+            results["k"] = _finite_or_raise(prep, g_k, "vector-Jacobian product with respect to k").reshape(prep.shape[:-1])
     return results[names[0]] if single else tuple(results[w] for w in names)
 
 
