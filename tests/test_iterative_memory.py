@@ -4,20 +4,10 @@ path cannot certify, and rows with masked entries): one row of 10^5 at k = 300 p
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 
+from topk_cli.analysis.bench import peak_bytes
 from topk_cli.operators.iterative import _it_faithful, _it_forward, _it_vjp, iterative_topk
-
-
-def _peak(fn) -> int:  # type: ignore[no-untyped-def]
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def test_the_faithful_forward_keeps_no_round() -> None:
@@ -26,7 +16,7 @@ def test_the_faithful_forward_keeps_no_round() -> None:
     z[0, 7] = -np.inf  # a masked entry: the faithful path
     z -= z[np.isfinite(z)].max()
     one_round = n * 8
-    peak = _peak(lambda: iterative_topk(z, k))
+    peak = peak_bytes(lambda: iterative_topk(z, k))
     assert peak < 60 * one_round  # the rounds alone are 2 k = 400 arrays of n
     fwd = iterative_topk(z, k)
     assert "s" not in fwd.aux and "q" not in fwd.aux

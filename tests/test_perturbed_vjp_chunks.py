@@ -9,13 +9,13 @@ and their memory no longer grows with the sample count."""
 from __future__ import annotations
 
 import functools
-import tracemalloc
 
 import numpy as np
 import perturbed_grad_old as old
 import pytest
 from test_perturbed_bits import _bits, _cases
 
+from topk_cli.analysis.bench import peak_bytes
 from topk_cli.operators import perturbed as new
 
 
@@ -129,15 +129,6 @@ def test_one_pair_or_one_entry_in_a_chunk_sums_as_the_whole(monkeypatch: pytest.
                  old.perturbed_vjp(None, z, 2, v, samples=20_000, seed=0))  # type: ignore[arg-type]
 
 
-def _peak(fn) -> int:  # type: ignore[no-untyped-def]
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.mark.parametrize(("what", "n", "samples", "budget"), [("vjp", 2000, 1000, 1 << 16),
                                                              ("jacobian", 100, 8000, 1 << 14),
                                                              ("dk", 2000, 1000, 1 << 16)])
@@ -159,7 +150,7 @@ def test_the_memory_does_not_grow_with_the_samples(monkeypatch: pytest.MonkeyPat
         "jacobian": lambda s: new.perturbed_jacobian_with_stderr(z, 10, samples=s, seed=0),
         "dk": lambda s: new.perturbed_dk_with_stderr(z, 10, samples=s, seed=0),
     }[what]
-    small, large = (_peak(lambda s=s: calls(s)) for s in (samples, 2 * samples))
+    small, large = (peak_bytes(lambda s=s: calls(s)) for s in (samples, 2 * samples))
     noise = 8 * samples // 2 * n  # bytes of the whole noise
     assert small < noise / 2, (small, noise)
     # dp/dk keeps two bits per pair and entry for its standard error, as the forward does
