@@ -21,6 +21,7 @@ from topk_cli.properties.results import (
     Case,
     Counterexample,
     PropertyResult,
+    Tally,
     _Measure,
 )
 from topk_cli.properties.shrinking import _shrink
@@ -113,9 +114,8 @@ def _run_check(
     within = MONTE_CARLO_STDERRS if spec.capabilities.monte_carlo else None
     if items is not None:
         ev.prefetch(method, [item for case in cases for item in items(ev, case.array, case.k, case.tau)])
-    worst: float | None = None
-    bad: tuple[float, Case, _Measure] | None = None
-    checked = skipped = violations = 0
+    tally: Tally[_Measure] = Tally(tol)
+    skipped = 0
     for case in cases:
         m = violation(ev, method, case.array, case.k, case.tau)
         if m is None:
@@ -123,21 +123,12 @@ def _run_check(
         if m.failed and not failure_counts:
             skipped += 1
             continue
-        checked += 1
-        if math.isfinite(m.value) or m.value == math.inf:
-            worst = m.value if worst is None else max(worst, m.value)
-        if m.value > tol + m.slack:
-            violations += 1
-            if bad is None or m.value > bad[0]:
-                bad = (m.value, case, m)
-    if checked == 0:
-        return PropertyResult(
-            method, prop, expected, None, None, None, 0, skipped, detail="not applicable to these inputs",
-            within_stderr=within,
-        )
-    if bad is None:
-        return PropertyResult(method, prop, expected, True, worst, None, checked, skipped, within_stderr=within)
-    _, case, m = bad
+        tally.add(case, m)
+    done = tally.settled(method, prop, expected, skipped, within)
+    if done is not None:
+        return done
+    assert tally.bad is not None
+    m, case = tally.bad
     x, k, tau = case.array, case.k, case.tau
     if shrink:
         floor = max(tol, 1e-2 * m.value) if math.isfinite(m.value) else tol  # keep it a clear failure
@@ -154,7 +145,8 @@ def _run_check(
         m = violation(ev, method, x, k, tau) or m
     cex = Counterexample(method, tuple(float(v) for v in x), k, m.tau if m.tau is not None else tau, m.detail)
     return PropertyResult(
-        method, prop, expected, False, worst, cex, checked, skipped, violations, detail=m.detail, within_stderr=within
+        method, prop, expected, False, tally.worst, cex, tally.checked, skipped, tally.violations, detail=m.detail,
+        within_stderr=within,
     )
 
 

@@ -40,6 +40,7 @@ from topk_cli.properties.results import (
     Case,
     Counterexample,
     PropertyResult,
+    Tally,
     _fmt_k,
 )
 from topk_cli.properties.shrinking import _shrink
@@ -387,27 +388,18 @@ def _check_in_k(
     ev = evaluator if evaluator is not None else Evaluator()
     vectors, grids = _grids(ev, method, cases)
     found = measures(method, vectors, grids)
-    worst: float | None = None
-    bad: tuple[_KMeasure, Case] | None = None
-    checked = skipped = violations = 0
+    tally: Tally[_KMeasure] = Tally(tol)
+    skipped = 0
     for case, m in zip(vectors, found, strict=True):  # refused k are left out of a vector's grid
         if m is None:
             skipped += 1
             continue
-        checked += 1
-        worst = m.value if worst is None else max(worst, m.value)
-        if m.value > tol + m.slack:
-            violations += 1
-            if bad is None or m.value > bad[0].value:
-                bad = (m, case)
-    if checked == 0:
-        return PropertyResult(
-            method, prop, expected, None, None, None, 0, skipped, detail="not applicable to these inputs",
-            within_stderr=within,
-        )
-    if bad is None:
-        return PropertyResult(method, prop, expected, True, worst, None, checked, skipped, within_stderr=within)
-    m, case = bad
+        tally.add(case, m)
+    done = tally.settled(method, prop, expected, skipped, within)
+    if done is not None:
+        return done
+    assert tally.bad is not None
+    m, case = tally.bad
     gap = m.kb - m.ka
     floor = max(tol, 1e-2 * m.value)
 
@@ -423,8 +415,8 @@ def _check_in_k(
         final = _pair(ev, method, x, ka, ka + gap, case.tau, prop, m.lipschitz) or m
     cex = Counterexample(method, tuple(float(v) for v in x), _as_k(ka), case.tau, final.detail, k2=_as_k(ka + gap))
     return PropertyResult(
-        method, prop, expected, False, worst, cex, checked, skipped, violations, detail=final.detail,
-        within_stderr=within,
+        method, prop, expected, False, tally.worst, cex, tally.checked, skipped, tally.violations,
+        detail=final.detail, within_stderr=within,
     )
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import builtins
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -195,3 +197,51 @@ def _fmt_k(k: int | float) -> str:
 def _vec(a: ArrayLike, digits: int = 4) -> str:
     arr = np.asarray(a, dtype=np.float64)
     return "[" + ", ".join(f"{float(v):.{digits}g}" for v in arr) + "]"
+
+
+class _Scored(Protocol):
+    @property
+    def value(self) -> float: ...
+
+    @property
+    def slack(self) -> float: ...
+
+
+_M = TypeVar("_M", bound=_Scored)
+
+
+@dataclass
+class Tally(Generic[_M]):
+    """The cases a property was measured on: how many, the worst violation, how many violate it
+    (``value > tol + slack``) and the worst of those (``bad``: its measure and case)."""
+
+    tol: float
+    worst: float | None = None
+    bad: tuple[_M, Case] | None = None
+    checked: int = 0
+    violations: int = 0
+
+    def add(self, case: Case, m: _M) -> None:
+        self.checked += 1
+        if math.isfinite(m.value) or m.value == math.inf:
+            self.worst = m.value if self.worst is None else max(self.worst, m.value)
+        if m.value > self.tol + m.slack:
+            self.violations += 1
+            if self.bad is None or m.value > self.bad[0].value:
+                self.bad = (m, case)
+
+    def settled(
+        self, method: str, prop: str, expected: bool, skipped: int, within: float | None
+    ) -> PropertyResult | None:
+        """The result when nothing was measured (not applicable) or nothing violates the property
+        (holds); None when a violation needs its counterexample."""
+        if self.checked == 0:
+            return PropertyResult(
+                method, prop, expected, None, None, None, 0, skipped, detail="not applicable to these inputs",
+                within_stderr=within,
+            )
+        if self.bad is None:
+            return PropertyResult(
+                method, prop, expected, True, self.worst, None, self.checked, skipped, within_stderr=within
+            )
+        return None
