@@ -412,8 +412,12 @@ def _check_registry() -> None:
     for spec in _SPECS:
         if spec.stable_equivalent is not None and spec.stable_equivalent not in names:
             raise RuntimeError(f"{spec.name}: stable_equivalent {spec.stable_equivalent!r} is not registered")
-        if not spec.capabilities.integer_k and not spec.implementation.row_k:
+        impl = spec.implementation
+        if not spec.capabilities.integer_k and not impl.row_k:
             raise RuntimeError(f"{spec.name}: a method taking a real k needs an implementation with row_k")
+        if not impl.row_k and any(h is not None for h in (impl.dk, impl.vjp_k, impl.log_weights, impl.refine)):
+            # a k per row groups such an implementation's rows, carrying its forward and derivatives in z only
+            raise RuntimeError(f"{spec.name}: an implementation with dk, vjp_k, log_weights or refine must be row_k")
         if spec.guarantees.smoothness not in SMOOTHNESS_CLASSES:
             raise RuntimeError(f"{spec.name}: unknown smoothness class {spec.guarantees.smoothness!r}")
     if tuple(names) != METHOD_NAMES:

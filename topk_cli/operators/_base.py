@@ -259,7 +259,12 @@ def _merged(bsz: int, parts: list[tuple[NDArray[np.intp], int, Forward]]) -> Gro
 def grouped_by_k(impl: Implementation) -> Implementation:
     """``impl`` (which takes one ``int`` k) as a ``row_k`` implementation: rows are grouped by
     their k (integer values), each group is computed by ``impl`` with that k, and the parts merged.
-    Results are bitwise those of ``impl`` called on each group alone."""
+    Results are bitwise those of ``impl`` called on each group alone. Only the forward, the
+    derivatives with respect to z and the fused forward+VJP are carried: an implementation with a
+    ``dk``, ``vjp_k``, ``log_weights`` or ``refine`` hook takes a real k per row itself (``row_k``),
+    which the registry checks."""
+    if any(hook is not None for hook in (impl.dk, impl.vjp_k, impl.log_weights, impl.refine)):
+        raise ValueError("grouped_by_k: an implementation with dk, vjp_k, log_weights or refine must be row_k")
 
     def part(fwd: Forward, rows: NDArray[np.intp], sub: Forward) -> Forward:
         # the API may have averaged p and q over ties on the merged forward: the parts see it
@@ -306,58 +311,7 @@ def grouped_by_k(impl: Implementation) -> Implementation:
             return _merged(z.shape[0], parts), out
 
         forward_vjp = forward_vjp_fn
-    dk = None
-    if impl.dk is not None:
-        inner_dk = impl.dk
-
-        def dk_fn(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
-            if not isinstance(fwd, GroupedForward):
-                return inner_dk(fwd, z, k)
-            return each(fwd, lambda sub, rows, kv: inner_dk(sub, z[rows], kv), z.shape)
-
-        dk = dk_fn
-    vjp_k = None
-    if impl.vjp_k is not None:
-        inner_vjp_k = impl.vjp_k
-
-        def vjp_k_fn(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatArray:
-            if not isinstance(fwd, GroupedForward):
-                return inner_vjp_k(fwd, z, k, v)
-            out = np.zeros(z.shape[0])
-            for rows, kv, sub in fwd.parts:
-                out[rows] = inner_vjp_k(part(fwd, rows, sub), z[rows], kv, v[rows])
-            return out
-
-        vjp_k = vjp_k_fn
-    log_weights = None
-    if impl.log_weights is not None:
-        inner_log = impl.log_weights
-
-        def log_fn(fwd: Forward, z: FloatArray, k: Any) -> tuple[FloatArray, FloatArray]:
-            if not isinstance(fwd, GroupedForward):
-                return inner_log(fwd, z, k)
-            logp, logq = np.zeros(z.shape), np.zeros(z.shape)
-            for rows, kv, sub in fwd.parts:
-                logp[rows], logq[rows] = inner_log(part(fwd, rows, sub), z[rows], kv)
-            return logp, logq
-
-        log_weights = log_fn
-    refine = None
-    if impl.refine is not None:
-        inner_refine = impl.refine
-
-        def refine_fn(fwd: Forward, z: FloatArray, k: Any, residual: ResidualFn) -> Forward:
-            if not isinstance(fwd, GroupedForward):
-                return inner_refine(fwd, z, k, residual)
-            def within(rows: NDArray[np.intp]) -> ResidualFn:
-                return lambda r: residual(rows[r])
-
-            parts = [(rows, kv, inner_refine(sub, z[rows], kv, within(rows))) for rows, kv, sub in fwd.parts]
-            return _merged(z.shape[0], parts)
-
-        refine = refine_fn
     return Implementation(
         forward=forward, jacobian=jacobian, vjp=vjp, elementwise=impl.elementwise, z_floor=impl.z_floor,
-        forward_vjp=forward_vjp, refine=refine, max_row_work=impl.max_row_work, row_k=True, dk=dk, vjp_k=vjp_k,
-        log_weights=log_weights,
+        forward_vjp=forward_vjp, max_row_work=impl.max_row_work, row_k=True,
     )
