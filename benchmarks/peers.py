@@ -8,24 +8,14 @@ Neither torch nor entmax is a dependency of softtopk; run it from a separate env
     PYTHONPATH=. /tmp/peers/bin/python benchmarks/peers.py
 """
 
-import time
-
 import entmax
 import numpy as np
 import torch
+from k_rows import best  # this folder is on sys.path when the script runs
 
 import topk_cli as st
 
 torch.set_num_threads(1)
-
-
-def best(fn, r=7):
-    t = []
-    for _ in range(r):
-        a = time.perf_counter()
-        fn()
-        t.append(time.perf_counter() - a)
-    return min(t)
 
 
 def run(b: int, n: int, k: int, rng: np.random.Generator) -> str:
