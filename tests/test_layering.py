@@ -15,8 +15,10 @@ import sys
 
 #: What the core must not load: presentation and I/O libraries, array frameworks.
 BANNED = ("pandas", "rich", "typer", "click", "matplotlib", "torch", "jax")
-#: The CLI layer, where these may be imported (also excluded from ruff's banned-api).
-NOT_CORE = ("topk_cli.cli", "topk_cli.cli_params", "topk_cli.__main__", "topk_cli.render", "topk_cli.inputs")
+#: The CLI layer and the framework layer (the drop-ins and the adapters for users' PyTorch / JAX
+#: operators), where these may be imported (also excluded from ruff's banned-api).
+NOT_CORE = ("topk_cli.cli", "topk_cli.cli_params", "topk_cli.__main__", "topk_cli.render", "topk_cli.inputs",
+            "topk_cli.frameworks", "topk_cli.torch", "topk_cli.jax")
 
 _WALK = f"""
 import importlib, json, pkgutil, sys
