@@ -116,7 +116,9 @@ class PropertyResult:
     ``expected`` is the registry's claim; ``worst`` the largest violation measured (0 when it
     holds exactly; None when nothing was measured); ``checked``/``skipped``/``violations`` count
     cases; ``smoothness`` is the measured class (``smooth`` only); ``within_stderr`` is set for a
-    Monte-Carlo method: violations were judged beyond that many standard errors of its estimate.
+    Monte-Carlo method: violations were judged beyond that many standard errors of its estimate;
+    ``dtype`` and ``tolerance``: the dtype a user's operator received its scores in and the
+    tolerance its row was judged with (the rows of :mod:`topk_cli.properties.user` only).
     """
 
     method: str
@@ -132,6 +134,8 @@ class PropertyResult:
     smoothness: str | None = None
     expected_smoothness: str | None = None
     within_stderr: float | None = None
+    dtype: str | None = None  # the dtype a user's operator received its scores in (its own rows)
+    tolerance: float | None = None  # the tolerance of a user operator's row (its own rows)
 
     @builtins.property  # the field 'property' shadows the builtin in this class body
     def agrees(self) -> bool:
@@ -159,11 +163,15 @@ class VerifyReport:
     source: str = "suite"
     seed: int | None = None
     trials: int | None = None
+    reference: str | None = None  # the method users' operators were compared with (``--reference``)
+    dtype: str = "float64"  # the dtype users' operators received their scores in (``--dtype``)
+    unclaimed: tuple[str, ...] = ()  # users' operators without a reference: they claim nothing
 
     @property
     def disagreements(self) -> tuple[PropertyResult, ...]:
-        """Results where the measurement contradicts the registry's claim."""
-        return tuple(r for r in self.results if not r.agrees)
+        """Results where the measurement contradicts the registry's claim (a method that claims
+        nothing, a user's operator without a reference, disagrees with nothing)."""
+        return tuple(r for r in self.results if not r.agrees and r.method not in self.unclaimed)
 
     @property
     def claim_failures(self) -> tuple[PropertyResult, ...]:

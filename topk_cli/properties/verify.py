@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -25,6 +25,14 @@ from topk_cli.properties.results import (
     Case,
     PropertyResult,
     VerifyReport,
+)
+from topk_cli.properties.user import (
+    OperatorLike,
+    check_dtype,
+    check_user_operator,
+    claims_of_reference,
+    tolerances,
+    user_operator,
 )
 from topk_cli.registry import METHODS
 
@@ -194,6 +202,11 @@ def verify_properties(
     properties: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     jobs: int = 1,
+    reference: str | None = None,
+    dtype: str = "float64",
+    reference_tol: float | None = None,
+    vjp_tol: float | None = None,
+    operators: Mapping[str, OperatorLike] | None = None,
 ) -> VerifyReport:
     """Measure every property of every method on ``vectors`` or the default suite.
 
@@ -211,6 +224,14 @@ def verify_properties(
         progress: called with ``(done, total)`` after each method.
         jobs: processes the methods are spread over (1: in-process); results are identical for
             every ``jobs`` (each method gets its own evaluator, as with one process).
+        reference: a registered method the users' operators among ``methods`` are compared with
+            (:func:`topk_cli.properties.user.check_user_operator`); they are then held to its claims.
+            Without it a user's operator claims nothing but the rows of
+            :data:`~topk_cli.properties.user.ALWAYS_PROPERTIES`.
+        dtype, reference_tol, vjp_tol: the dtype users' operators receive their scores in, and the
+            tolerances of ``matches-reference`` and ``vjp-matches-reference`` (default: by dtype).
+        operators: the users' operators among ``methods`` by name (default: those the registry
+            resolved, :func:`topk_cli.properties.user.user_operator`).
 
     Raises:
         InvalidArgumentError: unknown method or property, bad k, trials or vectors.
@@ -222,6 +243,18 @@ def verify_properties(
     names = tuple(methods) if methods is not None else tuple(METHODS)
     for name in names:
         get_method(name)
+    dtype = check_dtype(dtype)
+    tolerances(dtype, reference_tol, vjp_tol)  # validated before any work
+    users = dict(operators) if operators is not None else {n: op for n in names if (op := user_operator(n)) is not None}
+    if reference is not None:
+        if not users:
+            raise InvalidArgumentError("--reference compares a user's operator (-m FILE.py:FUNCTION) with a method; "
+                                       "no user's operator was selected")
+        if reference in users or get_method(reference).name in users:
+            raise InvalidArgumentError(f"the reference must be a built-in method, got the user's operator {reference!r}")
+    if dtype != "float64" and not users:
+        raise InvalidArgumentError(f"--dtype {dtype} runs a user's operator (-m FILE.py:FUNCTION) on scores of that "
+                                   "dtype; no user's operator was selected")
     real_k = any(takes_real_k(name) for name in names)
     if k is not None and not real_k and not is_integer_k(k):
         try:
@@ -247,7 +280,15 @@ def verify_properties(
     units = [(name, props, cases) for name in names]
     per_method = parallel_map(_check_method, units, jobs=jobs, progress=progress, cost=_unit_cost)
     results = [r for method_results in per_method for r in method_results]
+    for name, op in users.items():
+        mine = check_user_operator(op, cases, reference=reference, dtype=dtype, tol=reference_tol, vjp_tol=vjp_tol, seed=seed)
+        at = max((i for i, r in enumerate(results) if r.method == name), default=len(results) - 1) + 1
+        results[at:at] = mine
+        if reference is not None:
+            results = list(claims_of_reference(results, name, reference))
     return VerifyReport(
         methods=names, properties=props, cases=len(cases), results=tuple(results), source=source,
         seed=seed if vectors is None else None, trials=trials if vectors is None else None,
+        reference=None if reference is None else get_method(reference).name, dtype=dtype,
+        unclaimed=() if reference is not None else tuple(users),
     )

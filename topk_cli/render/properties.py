@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from topk_cli.properties import PropertyResult, VerifyReport
+from topk_cli.properties.user import USER_PROPERTIES
 from topk_cli.render.common import (
     Command,
     OutputFormat,
@@ -44,7 +45,9 @@ def result_dict(r: PropertyResult) -> dict[str, Any]:
         "skipped": r.skipped,
         "violations": r.violations,
         "detail": r.detail,
-    } | ({"within_stderr": r.within_stderr} if r.within_stderr is not None else {})
+    } | ({"within_stderr": r.within_stderr} if r.within_stderr is not None else {}) | (
+        {"dtype": r.dtype, "tolerance": r.tolerance} if r.dtype is not None else {}
+    )
 
 
 def render_properties_json(report: VerifyReport, *, k: float | None = None) -> str:
@@ -56,6 +59,8 @@ def render_properties_json(report: VerifyReport, *, k: float | None = None) -> s
             "seed": report.seed,
             "trials": report.trials,
             "k": k,
+            "reference": report.reference,
+            "dtype": report.dtype,
             "results": [result_dict(r) for r in report.results],
             "disagreements": len(report.disagreements),
             "claim_failures": len(report.claim_failures),
@@ -70,17 +75,20 @@ def render_properties_csv(report: VerifyReport) -> str:
         d = result_dict(r)
         d["counterexample"] = r.counterexample.command if r.counterexample else None
         rows.append(d)
-    return render_csv(rows, CSV_COLUMNS)
+    user = any(r.dtype is not None for r in report.results)
+    return render_csv(rows, CSV_COLUMNS + (("dtype", "tolerance") if user else ()))
 
 
-def _cell(r: PropertyResult) -> Text:
+def _cell(r: PropertyResult | None, unclaimed: bool = False) -> Text:
+    if r is None:
+        return Text("")
     if r.holds is None:
         text, style = "n/a", "dim"
     elif r.property == "smooth" and r.smoothness:
         text, style = _SHORT_CLASS.get(r.smoothness, r.smoothness), "green" if r.holds else "red"
     else:
         text, style = ("yes", "green") if r.holds else ("no", "red")
-    if not r.agrees:
+    if not r.agrees and not unclaimed:
         if r.property == "smooth":
             claim = r.expected_smoothness or ("C1" if r.expected else "C0")
             text += f" (claim {_SHORT_CLASS.get(claim, claim)})"
@@ -98,7 +106,25 @@ def properties_matrix(report: VerifyReport) -> Table:
         table.add_column(prop, no_wrap=True)
     by_key = {(r.method, r.property): r for r in report.results}
     for method in report.methods:
-        table.add_row(method, *[_cell(by_key[(method, p)]) for p in report.properties])
+        unclaimed = method in report.unclaimed
+        table.add_row(method, *[_cell(by_key.get((method, p)), unclaimed) for p in report.properties])
+    return table
+
+
+def user_operator_table(report: VerifyReport, method: str) -> Table | None:
+    """A user's operator's own rows: verdict, worst, tolerance, cases checked (None without them)."""
+    rows = [r for r in report.results if r.method == method and r.property in USER_PROPERTIES]
+    if not rows:
+        return None
+    against = f" against {report.reference}" if report.reference else ""
+    at = f", scores in {report.dtype}" if report.dtype != "float64" else ""
+    table = Table(title=f"{method}{against}{at}", title_justify="left")
+    for col in ("property", "claimed", "holds", "worst", "tolerance", "checked", "skipped"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("worst", "tolerance", "checked", "skipped") else "left")
+    for r in rows:
+        worst = "-" if r.worst is None else format_float(r.worst, 3)
+        tol = "-" if r.tolerance is None else format_float(r.tolerance, 2)
+        table.add_row(r.property, "yes" if r.expected else "no", _cell(r), worst, tol, str(r.checked), str(r.skipped))
     return table
 
 
@@ -144,6 +170,10 @@ def render_properties_table(report: VerifyReport, *, color: bool = False) -> str
         else f"{report.cases} input cases"
     )
     renderables: list[Any] = [properties_matrix(report)]
+    for method in report.methods:
+        own = user_operator_table(report, method)
+        if own is not None:
+            renderables.append(own)
     cex = counterexample_table(report)
     if cex is not None:
         renderables.append(cex)
@@ -156,6 +186,13 @@ def render_properties_table(report: VerifyReport, *, color: bool = False) -> str
             "C-inf = no discontinuity detected up to the 2nd derivative."
         )
     )
+    for method in report.methods:
+        if method in report.unclaimed:
+            renderables.append(Text(f"{method} is a user's operator: it claims nothing (--reference METHOD holds it to "
+                                    "METHOD's claims); only input-unchanged, dtype-preserved and deterministic fail --strict."))
+        elif any(r.method == method and r.dtype is not None for r in report.results):
+            renderables.append(Text(f"{method} is a user's operator held to the claims of {report.reference} "
+                                    "(the claimed column of the matrix is the reference's)."))
     stochastic = sorted({(r.method, r.within_stderr) for r in report.results if r.within_stderr is not None})
     for method, within in stochastic:
         renderables.append(
