@@ -538,19 +538,35 @@ def _user_method(name_or_spec: object) -> tuple[MethodSpec, Any] | None:
     return None
 
 
-def user_notes(names: Collection[str]) -> list[str]:
-    """What the calls of the users' operators among ``names`` revealed besides their weights (text
-    printed on stdout, warnings, an input modified in place, another dtype back, row-by-row calls),
-    one sentence each, prefixed by the operator's name; nothing for a registered method. Reading
-    them empties the text printed so far (each call of a command reports its own)."""
+def is_user_method(name: object) -> bool:
+    """True for what names a user's operator (``FILE.py:FUNCTION``, ``package.module:FUNCTION``, a
+    callable) rather than a registered method or alias."""
+    if isinstance(name, str) and (name in METHODS or name in ALIASES):
+        return False
+    from topk_cli.frameworks.user import is_user_spec
+
+    return is_user_spec(name)
+
+
+def clear_user_notes() -> None:
+    """Forget what the users' operators revealed so far (a command starts with none)."""
+    for method in _USER_STATE.values():
+        method.log.notes.clear()
+        method.log.printed.clear()
+
+
+def user_notes(names: Collection[str] | None = None) -> list[str]:
+    """What the calls of the users' operators (among ``names``; None: all resolved ones) revealed
+    besides their weights (text printed on stdout, warnings, an input modified in place, another
+    dtype back, row-by-row calls), one sentence each, prefixed by the operator's name; nothing for a
+    registered method."""
     out: list[str] = []
-    for name in names:
+    for name in (list(_USER_STATE) if names is None else names):
         method = _USER_STATE.get(name)
         if method is None:
             continue
         out.extend(f"{name}: {note}" for note in method.log.notes)
         printed = "".join(method.log.printed)
-        method.log.printed.clear()
         if printed:
             lines = printed.rstrip("\n").splitlines()
             shown = lines[:5] + ([f"... ({len(lines) - 5} more lines)"] if len(lines) > 5 else [])
