@@ -21,8 +21,9 @@ Adding a method: write its operator module (an :class:`Implementation`), add one
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
+from typing import Any, cast
 
 from topk_cli.catalog import METHOD_NAMES, METHOD_PARAMETERS
 from topk_cli.catalog import ParamSpec as ParamSpec  # re-exported: callers look the record types up here
@@ -472,6 +473,105 @@ def lookup(name: object) -> MethodSpec:
         f"unknown method {name!r}; {did_you_mean}valid methods: {', '.join(METHODS)}"
         + (f"; aliases: {aliases}" if aliases else "")
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# users' operators: resolved at call time, never copied into METHODS
+
+#: The users' operators resolved in this process, by the name the user wrote (``ops.py:my_topk``).
+_USER_METHODS: dict[str, MethodSpec] = {}
+
+
+def resolve(name_or_spec: object, *, framework: str | None = None, dtype: str | None = None) -> MethodSpec:
+    """The spec of a registered name or alias, or of a user's operator: ``FILE.py:FUNCTION`` (a path,
+    relative or absolute), ``package.module:FUNCTION`` (importable) or a callable ``fn(x, k, tau)``.
+
+    A user's operator is loaded once per process and name (importing a file runs its code) and
+    resolved again under that name; ``framework`` (``auto``, ``numpy``, ``torch``, ``jax``) and ``dtype``
+    (the dtype its scores are given in) reload it when they differ from the last resolution. It
+    claims nothing (see :mod:`topk_cli.frameworks.user_method`).
+
+    Raises:
+        UnknownMethodError: neither a registered name nor the form of a user's operator.
+        UserOperatorError: a user's operator that cannot be loaded (one line, ``FILE:LINE: ...``).
+    """
+    if isinstance(name_or_spec, str) and (name_or_spec in METHODS or name_or_spec in ALIASES):
+        if framework not in (None, "auto", "numpy") or dtype not in (None, "float64"):
+            raise InvalidArgumentError(
+                f"--framework and --dtype apply to your own operator (FILE.py:FUNCTION), not to the method {name_or_spec!r}"
+            )
+        return lookup(name_or_spec)
+    from topk_cli.frameworks.user import is_user_spec
+
+    if not is_user_spec(name_or_spec):
+        return lookup(name_or_spec)
+    from topk_cli.frameworks.user import load_user_operator
+    from topk_cli.frameworks.user_method import UserMethod
+
+    known = _user_method(name_or_spec)
+    if known is not None:
+        method = known[1]
+        if framework in (None, "auto", method.op.framework) and dtype in (None, method.dtype):
+            return known[0]
+    spec_arg = name_or_spec if isinstance(name_or_spec, str) else cast(Callable[..., Any], name_or_spec)
+    op = load_user_operator(spec_arg, framework=framework or "auto")
+    method = UserMethod(op, dtype or "float64")
+    spec = method.spec()
+    _USER_METHODS[spec.name] = spec
+    _USER_STATE[spec.name] = method
+    return spec
+
+
+#: The adapter behind each user's operator (its log of findings), by name.
+_USER_STATE: dict[str, Any] = {}
+
+
+def _user_method(name_or_spec: object) -> tuple[MethodSpec, Any] | None:
+    """The spec and adapter already resolved for this string, or for this very callable."""
+    if isinstance(name_or_spec, str):
+        if name_or_spec in _USER_METHODS:
+            return _USER_METHODS[name_or_spec], _USER_STATE[name_or_spec]
+        return None
+    for name, method in _USER_STATE.items():
+        if method.op.fn is name_or_spec:
+            return _USER_METHODS[name], method
+    return None
+
+
+def is_user_method(name: object) -> bool:
+    """True for what names a user's operator (``FILE.py:FUNCTION``, ``package.module:FUNCTION``, a
+    callable) rather than a registered method or alias."""
+    if isinstance(name, str) and (name in METHODS or name in ALIASES):
+        return False
+    from topk_cli.frameworks.user import is_user_spec
+
+    return is_user_spec(name)
+
+
+def clear_user_notes() -> None:
+    """Forget what the users' operators revealed so far (a command starts with none)."""
+    for method in _USER_STATE.values():
+        method.log.notes.clear()
+        method.log.printed.clear()
+
+
+def user_notes(names: Collection[str] | None = None) -> list[str]:
+    """What the calls of the users' operators (among ``names``; None: all resolved ones) revealed
+    besides their weights (text printed on stdout, warnings, an input modified in place, another
+    dtype back, row-by-row calls), one sentence each, prefixed by the operator's name; nothing for a
+    registered method."""
+    out: list[str] = []
+    for name in (list(_USER_STATE) if names is None else names):
+        method = _USER_STATE.get(name)
+        if method is None:
+            continue
+        out.extend(f"{name}: {note}" for note in method.log.notes)
+        printed = "".join(method.log.printed)
+        if printed:
+            lines = printed.rstrip("\n").splitlines()
+            shown = lines[:5] + ([f"... ({len(lines) - 5} more lines)"] if len(lines) > 5 else [])
+            out.append(f"{name}: it printed on stdout (shown here, kept off the tool's stdout): " + " | ".join(shown))
+    return out
 
 
 def check_method_params(methods: Collection[str], given: Mapping[str, object]) -> dict[str, int | float]:

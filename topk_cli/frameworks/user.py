@@ -342,8 +342,8 @@ class UserOperator:
         x = np.asarray(x, dtype=np.float64)
         if mode != "forward" and not self.has_gradient:  # the forward alone, and why there is no derivative
             out = self._dispatch("forward", x, k, tau, None, dtype)
-            out.error = ("no-gradient", f"{self.name} is a numpy function: it has no gradient (write it in PyTorch "
-                                        "or JAX for one); no finite difference stands in for it")
+            out.error = ("no-gradient", "a numpy function has no gradient (write it in PyTorch or JAX for one); "
+                                        "no finite difference stands in for it")
             return out
         if x.ndim != 2:
             return self._once(mode, x, k, tau, v, dtype)

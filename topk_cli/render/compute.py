@@ -23,7 +23,7 @@ from rich.text import Text
 
 from topk_cli.comparison import BOUNDARY_WARNING_DIGITS, ComputeReport, MethodRun, row_label, row_title
 from topk_cli.errors import InvalidArgumentError
-from topk_cli.registry import ALIASES, METHODS
+from topk_cli.registry import ALIASES, METHODS, resolve
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
 #: Tables show at most this many vectors (blocks) and entries per vector.
@@ -47,7 +47,7 @@ def compute_warnings(report: ComputeReport) -> list[str]:
         if "level" in failure.detail:
             level = ""
         hint = ""
-        equivalent = METHODS[failure.method].stable_equivalent
+        equivalent = resolve(failure.method).stable_equivalent
         if equivalent is not None and f"'{equivalent}'" not in failure.detail:
             hint = f"; use -m {equivalent} (the same operator, computed stably)"
         lines.append(
@@ -64,7 +64,7 @@ def _boundary_warnings(report: ComputeReport, run: MethodRun) -> list[str]:
     outlook = run.outlook
     if outlook is None:
         return []
-    equivalent = METHODS[run.method].stable_equivalent
+    equivalent = resolve(run.method).stable_equivalent
     advice = f"; use -m {equivalent}" if equivalent else ""
     near = (run.status == "ok") & (outlook.fails | (outlook.digits_lost >= BOUNDARY_WARNING_DIGITS))
     lines = []

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from topk_cli.analysis.probe import REFERENCES, Boundary, CellResult, ProbeReport
-from topk_cli.registry import METHODS
+from topk_cli.registry import resolve
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
 #: Heatmap glyphs by failure rate: none, (0, 25%], (25%, 50%], (50%, 75%], (75%, 100%].
@@ -71,7 +71,7 @@ def _boundaries_table(report: ProbeReport) -> Table:
     for b in report.boundaries:
         if b.method in quiet:
             continue
-        recursive = METHODS[b.method].stability is not None
+        recursive = resolve(b.method).stability is not None
         table.add_row(
             b.method, str(b.n), str(b.k), _scale(b.first_failing_scale),
             _scale(b.first_breaking_scale) if recursive else "",
@@ -194,7 +194,7 @@ def _boundary_dict(b: Boundary) -> dict[str, Any]:
         "method": b.method, "n": b.n, "k": b.k, "first_failing_scale": b.first_failing_scale,
         "predicted_scale": b.predicted_scale,
     }
-    if METHODS[b.method].stability is not None:
+    if resolve(b.method).stability is not None:
         out["first_breaking_scale"] = b.first_breaking_scale
         out["saturation_scale"] = b.saturation_scale
     return out
