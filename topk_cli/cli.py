@@ -835,6 +835,12 @@ def verify_properties_command(
                           "suite (matches-reference, vjp-matches-reference, same-topk-set), and hold it to the "
                           "method's claims."),
     ] = None,
+    framework: Annotated[
+        Optional[str],
+        typer.Option("--framework", metavar="auto|numpy|torch|jax", show_default=False,
+                     help="The framework your own operator (-m FILE.py:FUNCTION) is written in (default: auto, from "
+                          "what its module imports)."),
+    ] = None,
     dtype: Annotated[
         str,
         typer.Option("--dtype", metavar="DTYPE",
@@ -863,6 +869,7 @@ def verify_properties_command(
     import numpy as np
 
     from topk_cli.api import check_k, check_real_k, check_tau
+    from topk_cli.cli_params import USER_OPTIONS, check_user_options
     from topk_cli.errors import InvalidArgumentError
     from topk_cli.properties import verify_properties
     from topk_cli.registry import lookup
@@ -873,8 +880,13 @@ def verify_properties_command(
         raise InvalidArgumentError(f"--trials must be >= 1, got {trials}")
     check_tau(tau, name="--tau")
     k_given = None if k is None else k_number(k)
-    names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given),
-                          asked_all=all_requested(method, default=["all"]))
+    check_user_options(framework, None)
+    token = USER_OPTIONS.set((framework, None))  # the suite runs users' operators in float64; --dtype: their own rows
+    try:
+        names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given),
+                              asked_all=all_requested(method, default=["all"]))
+    finally:
+        USER_OPTIONS.reset(token)
     if k_given is not None:
         if isinstance(k_given, float):
             check_real_k(k_given, name="-k")

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -223,12 +223,14 @@ def _reference(method: str, x: FloatArray, k: Any, tau: float, v: FloatArray | N
 
 
 def _p_of(result: Any, rows: int, n: int) -> FloatArray | None:
-    """The weights of a call as ``(rows, n)`` float64 (NaN where a row failed), or None when nothing
-    usable came back (an exception on the batch, another shape)."""
+    """The weights of a call as ``(rows, n)`` float64 (NaN where a row failed; the first ``rows`` of a
+    padded batch), or None when nothing usable came back (an exception on the batch, another shape)."""
     if result.p is None:
         return None
     p = np.asarray(result.p, dtype=np.float64)
-    return p.reshape(rows, n) if p.size == rows * n else None
+    if p.ndim == 0 or p.size % n or p.size < rows * n:
+        return None
+    return p.reshape(-1, n)[:rows]
 
 
 def _row_error(p: FloatArray, ref: FloatArray) -> float:
@@ -255,6 +257,30 @@ def _decides(ref: FloatArray, k: int, tol: float) -> bool:
     return bool(s[k - 1] - s[k] > 2 * tol)
 
 
+def _padded(op: OperatorLike, x: FloatArray) -> FloatArray:
+    """``x`` with its rows repeated up to a power of two for a JAX operator called on whole batches:
+    JAX compiles once per shape, and the suite's groups have every batch size (the extra rows are
+    dropped from the results)."""
+    rows = x.shape[0]
+    if getattr(op, "framework", "") != "jax" or getattr(op, "row_by_row", False) or rows & (rows - 1) == 0:
+        return x
+    target = 1 << (rows - 1).bit_length()
+    return np.vstack([x, np.repeat(x[:1], target - rows, axis=0)])
+
+
+def warm_up(op: OperatorLike, cases: Sequence[Case]) -> None:
+    """Call ``op`` once on a batch of two typical vectors (n >= 3, 1 < k < n when the cases have
+    one), so that whether it takes a batch is decided on a vector like most of the suite's, not on
+    the suite's first (one entry, where a function written for one vector may fail alone and work
+    on a batch by treating it as one vector)."""
+    typical = [c for c in cases if len(c.x) >= 3 and is_integer_k(c.k) and 1 < c.k < len(c.x)] or list(cases)
+    if not typical:
+        return
+    first = typical[0]
+    same = [c for c in typical if len(c.x) == len(first.x) and c.k == first.k and c.tau == first.tau][:2]
+    op.call(np.vstack([c.array for c in same] * (3 - len(same))), first.k, first.tau)
+
+
 class _Judge:
     """Everything measured on one user operator: one pass over the groups, the tallies of each row."""
 
@@ -276,8 +302,8 @@ class _Judge:
     def group(self, grp: _Group, rng: np.random.Generator) -> None:
         rows, n = grp.x.shape
         v = round_to_dtype(rng.standard_normal((rows, n)), self.dtype)
-        x_in = grp.x.copy()
-        first = self.op.call(x_in, grp.k, grp.tau, dtype=self.dtype)
+        x_in = _padded(self.op, grp.x)
+        first = self.op.call(x_in.copy(), grp.k, grp.tau, dtype=self.dtype)
         second = self.op.call(x_in.copy(), grp.k, grp.tau, dtype=self.dtype)
         self._forward_rows(grp, first, second)
         ref = _reference(self.reference, grp.x, grp.k, grp.tau, v if self.op.has_gradient else None) if self.reference else None
@@ -342,10 +368,12 @@ class _Judge:
                                           detail=f"top-{int(k)} set {sorted(mine)}, reference {sorted(theirs)}"))
 
     def _vjp_rows(self, grp: _Group, v: FloatArray, ref_g: FloatArray) -> None:
-        result = self.op.vjp(grp.x.copy(), grp.k, grp.tau, v, dtype=self.dtype)
-        self._unchanged(grp.cases[0], result, "backward")
         rows, n = grp.x.shape
-        g = None if result.error is not None or getattr(result, "vjp", None) is None else np.asarray(result.vjp, dtype=np.float64)
+        x_in = _padded(self.op, grp.x)
+        result = self.op.vjp(x_in.copy(), grp.k, grp.tau, _padded(self.op, v), dtype=self.dtype)
+        self._unchanged(grp.cases[0], result, "backward")
+        g = getattr(result, "vjp", None)
+        g = None if g is None else np.asarray(g, dtype=np.float64).reshape(-1, n)[:rows]
         if g is not None and g.size != rows * n:
             g = None
         for i, c in enumerate(grp.cases):
@@ -491,5 +519,10 @@ def claims_of_reference(results: Sequence[PropertyResult], op_name: str, referen
 
 
 def user_operator(name: str) -> OperatorLike | None:
-    """The user's operator the registry resolved ``name`` to (None for a built-in method)."""
-    return None  # until the registry resolves users' operators
+    """The user's operator the registry resolved ``name`` to (None for a registered method)."""
+    from topk_cli.registry import _user_method, is_user_method
+
+    if not is_user_method(name):
+        return None
+    known = _user_method(name)  # resolved when the method was selected (the registry keeps its adapter)
+    return None if known is None else cast(OperatorLike, known[1].op)

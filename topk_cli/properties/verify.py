@@ -33,6 +33,7 @@ from topk_cli.properties.user import (
     claims_of_reference,
     tolerances,
     user_operator,
+    warm_up,
 )
 from topk_cli.registry import METHODS
 
@@ -277,6 +278,8 @@ def verify_properties(
     else:
         cases = cases_from_vectors(vectors, k, tau=tau, real_k=real_k)
         source = "input"
+    for op in users.values():
+        warm_up(op, cases)
     units = [(name, props, cases) for name in names]
     per_method = parallel_map(_check_method, units, jobs=jobs, progress=progress, cost=_unit_cost)
     results = [r for method_results in per_method for r in method_results]

@@ -112,6 +112,11 @@ def _strict_pairs(x: FloatArray, k: int | float, tau: float) -> tuple[FloatArray
     return z, i_idx, j_idx
 
 
+#: Below this complement ``1 - p`` (8 ulps of 1) a user's operator, which gives p only, may round
+#: two strictly ordered weights to the same float: a tie there is saturation, not a violation.
+_USER_SATURATION = 8 * 2.0**-53
+
+
 def _v_monotone_strict(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -> _Measure | None:
     pairs = ev.memo(_strict_pairs, x, k, tau)
     if pairs is None:
@@ -129,6 +134,10 @@ def _v_monotone_strict(ev: Evaluator, method: str, x: FloatArray, k: int, tau: f
     span = float(finite_z.max() - finite_z.min())
     saturated = (pi == 0.0) | (qi == 0.0)
     unresolvable = equal & saturated & (span >= UNDERFLOW_SPAN)
+    if get_method(method).family == "user":
+        # a user's operator gives p only: its 1 - p cannot tell apart two weights within a few ulps
+        # of 1 (exact complements below 8 ulps differ by less than the operator's own rounding of p)
+        unresolvable |= equal & (qi <= _USER_SATURATION)
     bad = ~separated & ~unresolvable
     if not bad.any():
         return _Measure(0.0)
@@ -318,8 +327,11 @@ def _v_jacobian(ev: Evaluator, method: str, x: FloatArray, k: int, tau: float) -
     since the analytic Jacobian takes one side. Where p jumps along any coordinate, x is a point of
     discontinuity, p has no derivative there, and the case is not judged.
     """
-    if not np.isfinite(x).all() or get_method(method).capabilities.monte_carlo:
-        return None  # a Monte-Carlo estimate is not differentiated by finite differences of one seed
+    caps = get_method(method).capabilities
+    if not np.isfinite(x).all() or caps.monte_carlo or not caps.jacobian:
+        # a Monte-Carlo estimate is not differentiated by finite differences of one seed; a method
+        # without a Jacobian (a user's numpy operator) has nothing to compare them with
+        return None
     r = ev.row(method, x, k, tau)
     if r.failures:
         return _failed(r, tau)

@@ -192,7 +192,7 @@ def render_properties_table(report: VerifyReport, *, color: bool = False) -> str
                                     "METHOD's claims); only input-unchanged, dtype-preserved and deterministic fail --strict."))
         elif any(r.method == method and r.dtype is not None for r in report.results):
             renderables.append(Text(f"{method} is a user's operator held to the claims of {report.reference} "
-                                    "(the claimed column of the matrix is the reference's)."))
+                                    f"(the ! marks of its row are against {report.reference}'s claims)."))
     stochastic = sorted({(r.method, r.within_stderr) for r in report.results if r.within_stderr is not None})
     for method, within in stochastic:
         renderables.append(
