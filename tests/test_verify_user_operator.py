@@ -76,7 +76,7 @@ def test_the_full_default_suite_passes_strict_for_the_correct_pytorch_operator()
 
 
 def test_json_rows_shape_and_the_reference_s_claims() -> None:
-    code, out, err = run_cli(
+    code, out, _err = run_cli(
         "verify-properties", "-m", f"{FIX / 'defect_torch_float32_internals.py'}:soft_topk", "--reference", "thre-sigmoid",
         "--format", "json", *REDUCED,
     )
@@ -141,7 +141,7 @@ def test_the_tolerance_option_decides_the_verdict() -> None:
     else:
         assert code == 0
     assert rows["matches-reference"]["tolerance"] == 1e-17
-    code, rows, err = _verify("defect_torch_float32_internals.py", "--reference", "thre-sigmoid", "--strict",
+    code, rows, _err = _verify("defect_torch_float32_internals.py", "--reference", "thre-sigmoid", "--strict",
                               "--reference-tol", "0.5", "--vjp-tol", "10", *REDUCED)
     assert rows["matches-reference"]["holds"] is True and rows["vjp-matches-reference"]["holds"] is True
 
@@ -167,7 +167,7 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> Non
 
 
 def test_article_sigmoid_bisection_is_1e_5_off_and_fails_at_k_equal_n() -> None:
-    code, rows, err = _verify("article_thre_sigmoid_bisection.py", "--reference", "thre-sigmoid", "--strict",
+    code, rows, _err = _verify("article_thre_sigmoid_bisection.py", "--reference", "thre-sigmoid", "--strict",
                               "--values", "3,1,2,0.5,-1", "-j", "1")  # k = 1, 2, n - 1, n
     assert code == 1
     assert 1e-7 < rows["matches-reference"]["worst"] < 1e-3  # epsilon = 1e-4 on lambda
@@ -182,7 +182,7 @@ def test_article_gradtopk_recursion_hits_log0_and_the_closed_forms_fail_where_th
                               "--tau", "0.1", "-j", "1")  # a spread of 1000 in z: log Z_{k-1} - max log Z_{k-1,i} rounds to 0
     assert code == 1 and rows["finite"]["holds"] is False and rows["matches-reference"]["holds"] is False
     assert rows["dtype-preserved"]["holds"] is False  # float32 in, float64 out (np.log(np.arange(k) + 1) ...)
-    code, rows, err = _verify("article_thre_laplace.py", "--reference", "thre-laplace", *REDUCED)
+    code, rows, _err = _verify("article_thre_laplace.py", "--reference", "thre-laplace", *REDUCED)
     assert rows["matches-reference"]["holds"] is True  # where it returns finite weights, it is right
     assert rows["finite"]["holds"] is False  # exp(lse1 + lse2) overflows on a wide spread
 
@@ -191,13 +191,32 @@ def test_article_gradtopk_recursion_hits_log0_and_the_closed_forms_fail_where_th
 
 
 def test_jax_operators_missing_threshold_term_caught_and_correct_one_passes() -> None:
-    pytest.importorskip("jax")
-    csv = str(SAMPLES / "router_logits.csv")  # one width: JAX compiles once per shape
-    code, rows, err = _verify("correct_jax_thre_sigmoid.py", csv, "--reference", "thre-sigmoid", "--strict", "-k", "2", "-j", "1")
-    assert code == 0, err
-    assert rows["vjp-matches-reference"]["holds"] is True and rows["dtype-preserved"]["holds"] is True
-    code, rows, err = _verify("defect_jax_no_threshold_grad.py", csv, "--reference", "thre-sigmoid", "--strict", "-k", "2", "-j", "1")
-    assert code == 1 and rows["vjp-matches-reference"]["holds"] is False
+    """JAX compiles once per shape and the generic suite has hundreds of shapes: the rows of the
+    user's operator are checked here through the API, on the rows of one sample file."""
+    jax = pytest.importorskip("jax")
+    from topk_cli.frameworks.user import load_user_operator
+    from topk_cli.properties import cases_from_vectors
+    from topk_cli.properties.user import check_user_operator
+
+    logits = np.loadtxt(SAMPLES / "router_logits.csv", delimiter=",", skiprows=1, usecols=range(1, 9))
+    cases = cases_from_vectors(logits[np.isfinite(logits).all(axis=1)], 2, real_k=True)  # the defects do not mask
+    verdicts = {}
+    x64 = jax.config.jax_enable_x64  # the correct operator switches x64 on (for float64): restored after
+    try:
+        for name in ("correct_jax_thre_sigmoid.py", "defect_jax_no_threshold_grad.py", "defect_jax_float32_output.py"):
+            op = load_user_operator(f"{FIX / name}:soft_topk")
+            assert op.framework == "jax"
+            verdicts[name] = {r.property: r for r in check_user_operator(op, cases, reference="thre-sigmoid")}
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+    good = verdicts["correct_jax_thre_sigmoid.py"]
+    assert all(r.holds is True for r in good.values()), {p: (r.holds, r.worst, r.detail) for p, r in good.items()}
+    assert good["matches-reference"].worst < 1e-12 and good["vjp-matches-reference"].checked == len(cases)
+    assert verdicts["defect_jax_no_threshold_grad.py"]["vjp-matches-reference"].holds is False
+    assert verdicts["defect_jax_no_threshold_grad.py"]["matches-reference"].holds is True  # the forward is right
+    float32 = verdicts["defect_jax_float32_output.py"]
+    assert float32["dtype-preserved"].holds is False and "float64 in, float32 out" in float32["dtype-preserved"].detail
+    assert float32["matches-reference"].holds is False
 
 
 # -- the dtype rounding ------------------------------------------------------------------------
