@@ -133,7 +133,7 @@ def test_bfloat16_table_names_the_dtype() -> None:
 
 
 def test_the_tolerance_option_decides_the_verdict() -> None:
-    code, rows, err = _verify("example_torch_thre_sigmoid.py", "--reference", "thre-sigmoid", "--strict",
+    code, rows, _err = _verify("example_torch_thre_sigmoid.py", "--reference", "thre-sigmoid", "--strict",
                               "--reference-tol", "1e-17", *REDUCED)
     worst = rows["matches-reference"]["worst"]
     if worst > 1e-17:  # a float64 bisection is rarely exact to the last bit on every row
@@ -178,7 +178,7 @@ def test_article_sigmoid_bisection_is_1e_5_off_and_fails_at_k_equal_n() -> None:
 
 
 def test_article_gradtopk_recursion_hits_log0_and_the_closed_forms_fail_where_they_are_crude() -> None:
-    code, rows, err = _verify("article_gradtopk.py", "--reference", "grad", "--strict", "--values", "0,50,100,20,70",
+    code, rows, _err = _verify("article_gradtopk.py", "--reference", "grad", "--strict", "--values", "0,50,100,20,70",
                               "--tau", "0.1", "-j", "1")  # a spread of 1000 in z: log Z_{k-1} - max log Z_{k-1,i} rounds to 0
     assert code == 1 and rows["finite"]["holds"] is False and rows["matches-reference"]["holds"] is False
     assert rows["dtype-preserved"]["holds"] is False  # float32 in, float64 out (np.log(np.arange(k) + 1) ...)
