@@ -43,6 +43,16 @@ REDUCED: dict[str, list[str]] = {
     ],
     "softtopk train-probe -n 64 -k 2 --task select": [*_TRAIN, "--no-grad-check", "-m", "grad"],
     "softtopk bench -B 1024 -n 64 -k 2": ["-B", "16", "--repeats", "1", "--no-memory"],
+    # a user's operator in PyTorch: the default suite takes 8 s of CPU (torch's import included)
+    **{
+        f"softtopk verify-properties -m tests/fixtures/user_ops/{spec}": ["--trials", "1", "-k", "2", "-j", "1"]
+        for spec in (
+            "example_torch_thre_sigmoid.py:soft_topk --reference thre-sigmoid --strict",
+            "example_torch_thre_sigmoid.py:soft_topk --reference thre-sigmoid --dtype bfloat16 --strict",
+            "defect_torch_no_threshold_grad.py:soft_topk --reference thre-sigmoid --strict",
+            "example_torch_thre_sigmoid.py:soft_topk --strict",
+        )
+    },
 }
 
 #: Exit codes other than 0 that the README documents for a command (its trailing comment says so).
