@@ -548,6 +548,20 @@ def is_user_method(name: object) -> bool:
     return is_user_spec(name)
 
 
+def user_seconds(name: str) -> float | None:
+    """Wall seconds spent inside a user's operator's own code over every call so far in this
+    process (None for a registered method): the rest of a call's time is the tool's overhead."""
+    method = _USER_STATE.get(name)
+    return None if method is None else float(method.log.seconds)
+
+
+def runs_in_process(names: Collection[str]) -> bool:
+    """True when some of ``names`` must run in this process: a user's operator is loaded here (from
+    a file, a callable, possibly on a framework that does not survive a fork), and what its calls
+    reveal is collected here; grids then run with one job."""
+    return any(name in _USER_STATE for name in names)
+
+
 def clear_user_notes() -> None:
     """Forget what the users' operators revealed so far (a command starts with none)."""
     for method in _USER_STATE.values():

@@ -51,7 +51,7 @@ from topk_cli.operators._base import FloatArray, tie_groups
 from topk_cli.operators.grad_recursive import shared_trace
 from topk_cli.recursion import RecursionOutlook, recursion_outlook
 from topk_cli.references import ReferenceContext
-from topk_cli.registry import METHODS, MONTE_CARLO_STDERRS, MethodSpec
+from topk_cli.registry import METHODS, MONTE_CARLO_STDERRS, MethodSpec, runs_in_process
 
 #: Failure kinds besides the methods' own status codes, in display order.
 CHECK_KINDS = ("sum-error", "out-of-range", "order-violated", "inaccurate")
@@ -466,6 +466,7 @@ def stability_probe(
         for n in n_list if grid[n] for scale in scale_list for group in _method_groups(names)
     ]
     found: dict[tuple[str, int, int | float, float], CellResult] = {}
+    jobs = 1 if runs_in_process(names) else jobs  # a user's operator runs where it was loaded
     for unit_cells in parallel_map(_run_unit, units, jobs=jobs, progress=progress, cost=_unit_cost):
         for cell in unit_cells:
             found[(cell.method, cell.n, cell.k, cell.scale)] = cell

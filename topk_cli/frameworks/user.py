@@ -451,6 +451,8 @@ class UserOperator:
         res.warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
         if res.error is None:
             self._check_output(res, out, x.shape, backend)
+            if mode != "forward":
+                res.requires_grad = False  # differentiated on purpose: its output requires grad
         if mode != "forward" and res.error is None:
             self._derivative(res, mode, backend, backward, x.shape)
         res.input_changed = not np.array_equal(before, _safe_snapshot(backend, xa), equal_nan=True)

@@ -47,12 +47,15 @@ class UserMethodLog:
 
     notes: list[str] = field(default_factory=list)
     printed: list[str] = field(default_factory=list)
+    #: Wall seconds spent inside the user's code over every call so far (the tool's overhead is the rest).
+    seconds: float = 0.0
 
     def add(self, note: str) -> None:
         if note not in self.notes:
             self.notes.append(note)
 
     def record(self, op: UserOperator, result: CallResult, dtype: str) -> None:
+        self.seconds += result.seconds
         if result.stdout:
             self.printed.append(result.stdout)
         for w in result.warnings:
