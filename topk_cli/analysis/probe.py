@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import cast
 
@@ -126,6 +126,9 @@ class CellResult:
     unclaimed: Mapping[str, int]
     max_error: float
     detection: RecursionDetection | None = None
+    #: The first message of each failure code the method reported here (e.g. the exception a user's
+    #: operator raised), by code.
+    examples: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def failure_rate(self) -> float:
@@ -239,6 +242,7 @@ class _Batch:
     kinds: dict[str, int]
     unclaimed: dict[str, int]
     max_error: float
+    examples: dict[str, str] = field(default_factory=dict)
 
 
 def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: float, tau: float, tol: float, ctx: ReferenceContext,
@@ -257,6 +261,9 @@ def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: float, tau: flo
     unclaimed: dict[str, int] = {}
     for code in sorted(set(status[failed].tolist())):
         kinds[str(code)] = int(np.sum(status == code))
+    examples: dict[str, str] = {}
+    for failure in result.failures:
+        examples.setdefault(failure.code, failure.detail)
     with np.errstate(invalid="ignore"):  # failed rows hold NaN; they are masked by `computed`
         checks = {
             "sum-error": (claims.sum, np.abs(np.sum(p, axis=-1) - k) > tol * k + np.sum(slack, axis=-1)),
@@ -285,7 +292,7 @@ def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: float, tau: flo
         if bad.any():
             kinds["inaccurate"] = int(bad.sum())
             failed |= bad
-    return _Batch(failed=failed, kinds=kinds, unclaimed=unclaimed, max_error=max_error)
+    return _Batch(failed=failed, kinds=kinds, unclaimed=unclaimed, max_error=max_error, examples=examples)
 
 
 def _detect(spec: MethodSpec, z: FloatArray, k: int, ctx: ReferenceContext) -> RecursionDetection | None:
@@ -392,7 +399,7 @@ def _run_unit(u: _Unit) -> list[CellResult]:
                 method=method, n=u.n, k=k, scale=u.scale, trials=u.trials,
                 failures=int(batch.failed.sum()),
                 kinds=dict(batch.kinds), unclaimed=dict(batch.unclaimed),
-                max_error=batch.max_error, detection=detection,
+                max_error=batch.max_error, detection=detection, examples=dict(batch.examples),
             ))
     return cells
 
