@@ -529,8 +529,11 @@ _USER_STATE: dict[str, Any] = {}
 def _user_method(name_or_spec: object) -> tuple[MethodSpec, Any] | None:
     """The spec and adapter already resolved for this string, or for this very callable."""
     if isinstance(name_or_spec, str):
-        if name_or_spec in _USER_METHODS:
-            return _USER_METHODS[name_or_spec], _USER_STATE[name_or_spec]
+        from topk_cli.frameworks.user import spec_origin
+
+        method = _USER_STATE.get(name_or_spec)
+        if method is not None and method.op.origin == spec_origin(name_or_spec):  # a relative path: same folder
+            return _USER_METHODS[name_or_spec], method
         return None
     for name, method in _USER_STATE.items():
         if method.op.fn is name_or_spec:

@@ -305,6 +305,7 @@ class UserOperator:
     row_by_row: bool = False
     row_reason: str = ""
     source: str = ""  # where the function is defined, FILE:LINE when known
+    origin: str = ""  # what the spec resolved to when loaded (see :func:`spec_origin`)
     _detected: bool = field(default=False, repr=False)
 
     @property
@@ -590,7 +591,17 @@ def load_user_operator(spec: str | Callable[..., Any], *, framework: str = "auto
         except ImportError as exc:
             raise UserOperatorError(f"{name}: runs in {chosen}, which is not installed ({_one_line(exc)}); "
                                     f"install softtopk[{chosen}]") from None
-    return UserOperator(name=name, framework=chosen, fn=fn, source=_source_of(fn))
+    origin = spec_origin(spec) if isinstance(spec, str) else ""
+    return UserOperator(name=name, framework=chosen, fn=fn, source=_source_of(fn), origin=origin)
+
+
+def spec_origin(spec: str) -> str:
+    """What a spec string names from here: ``ABSOLUTE_FILE:FUNCTION`` for a file (a relative path
+    depends on the working directory), the spec itself for a module."""
+    left, _, fname = spec.rpartition(":")
+    if _is_file_spec(left.strip()):
+        return f"{Path(left.strip()).expanduser().resolve()}:{fname.strip()}"
+    return spec
 
 
 def is_user_spec(name: object) -> bool:
