@@ -488,8 +488,9 @@ def resolve(name_or_spec: object, *, framework: str | None = None, dtype: str | 
 
     A user's operator is loaded once per process and name (importing a file runs its code) and
     resolved again under that name; ``framework`` (``auto``, ``numpy``, ``torch``, ``jax``) and ``dtype``
-    (the dtype its scores are given in) reload it when they differ from the last resolution. It
-    claims nothing (see :mod:`topk_cli.frameworks.user_method`).
+    (the dtype its scores are given in) reload it when they differ from the last resolution (None:
+    as last resolved, ``auto`` and float64 the first time). It claims nothing (see
+    :mod:`topk_cli.frameworks.user_method`).
 
     Raises:
         UnknownMethodError: neither a registered name nor the form of a user's operator.
@@ -511,11 +512,11 @@ def resolve(name_or_spec: object, *, framework: str | None = None, dtype: str | 
     known = _user_method(name_or_spec)
     if known is not None:
         method = known[1]
-        if framework in (None, "auto", method.op.framework) and dtype in (None, method.dtype):
+        if framework in (None, method.framework_asked) and dtype in (None, method.dtype):
             return known[0]
     spec_arg = name_or_spec if isinstance(name_or_spec, str) else cast(Callable[..., Any], name_or_spec)
     op = load_user_operator(spec_arg, framework=framework or "auto")
-    method = UserMethod(op, dtype or "float64")
+    method = UserMethod(op, dtype or "float64", framework_asked=framework or "auto")
     spec = method.spec()
     _USER_METHODS[spec.name] = spec
     _USER_STATE[spec.name] = method

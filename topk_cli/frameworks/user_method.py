@@ -80,6 +80,7 @@ class UserMethod:
     op: UserOperator
     dtype: str = "float64"
     log: UserMethodLog = field(default_factory=UserMethodLog)
+    framework_asked: str = "auto"  # what the caller asked for (the framework detected is op.framework)
 
     def _record(self, result: CallResult) -> CallResult:
         self.log.record(self.op, result, self.dtype)
