@@ -142,7 +142,10 @@ class _Backend:
     def requires_grad(self, out: Any) -> bool:
         return False
 
-    def snapshot(self, arr: Any) -> FloatArray:
+    def snapshot(self, arr: Any, *, copy: bool = True) -> FloatArray:
+        """``arr``'s values as float64 (``copy=False``: a view where it already is float64 in memory)."""
+        if not copy and isinstance(arr, np.ndarray) and arr.dtype == np.float64:
+            return arr
         return self.to_numpy(arr)
 
     def vjp(self, fn: Callable[[Any], Any], xa: Any, v: FloatArray) -> tuple[Any, Callable[[], Any]]:
@@ -187,10 +190,19 @@ class _Torch(_Backend):
         return bool(out.dtype.is_floating_point)
 
     def to_numpy(self, out: Any) -> FloatArray:
-        return np.array(out.detach().to("cpu", self.torch.float64).numpy(), dtype=np.float64)
+        converted = out.detach().to("cpu", self.torch.float64)
+        values: FloatArray = converted.numpy()
+        # one copy: the user's tensor's own memory is never handed on (it may be changed later)
+        return values.copy() if converted.data_ptr() == out.data_ptr() else values
 
     def requires_grad(self, out: Any) -> bool:
         return bool(out.requires_grad)
+
+    def snapshot(self, arr: Any, *, copy: bool = True) -> FloatArray:
+        if not copy and arr.dtype == self.torch.float64 and arr.device.type == "cpu":
+            values: FloatArray = arr.detach().numpy()
+            return values
+        return self.to_numpy(arr)
 
     def vjp(self, fn: Callable[[Any], Any], xa: Any, v: FloatArray) -> tuple[Any, Callable[[], Any]]:
         torch = self.torch
@@ -250,6 +262,9 @@ class _Jax(_Backend):
 
     def to_numpy(self, out: Any) -> FloatArray:
         return np.array(np.asarray(out), dtype=np.float64)
+
+    def snapshot(self, arr: Any, *, copy: bool = True) -> FloatArray:
+        return np.empty(0)  # a jax.Array is immutable: nothing can change it in place
 
     def vjp(self, fn: Callable[[Any], Any], xa: Any, v: FloatArray) -> tuple[Any, Callable[[], Any]]:
         out, pullback = self.jax.vjp(fn, xa)
@@ -420,7 +435,8 @@ class UserOperator:
             backend = self.backend
             xa = backend.array(x, dtype)
             ka, taua = (backend.array(a, dtype) if isinstance(a, np.ndarray) else a for a in (k, tau))
-            before = backend.snapshot(xa)
+            # float64 scores are x itself (which the user never sees); other dtypes are rounded copies
+            before = x if dtype == "float64" and backend.name != "jax" else backend.snapshot(xa)
         except Exception as exc:  # ml_dtypes missing, a framework that fails to import
             res.error = ("exception", f"could not convert the input to {self.framework} {dtype}: {_one_line(exc)}")
             return res
@@ -456,7 +472,7 @@ class UserOperator:
                 res.requires_grad = False  # differentiated on purpose: its output requires grad
         if mode != "forward" and res.error is None:
             self._derivative(res, mode, backend, backward, x.shape)
-        res.input_changed = not np.array_equal(before, _safe_snapshot(backend, xa), equal_nan=True)
+        res.input_changed = _changed(before, _safe_snapshot(backend, xa))
         return res
 
     def _check_output(self, res: CallResult, out: Any, shape: tuple[int, ...], backend: _Backend) -> None:
@@ -477,7 +493,9 @@ class UserOperator:
         except Exception as exc:
             res.error = ("not-an-array", f"its output could not be read as numbers: {_one_line(exc)}")
             return
-        if not np.isfinite(res.p).all():
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = bool(np.isfinite(np.sum(res.p)))  # a finite sum proves every entry finite
+        if not finite and not np.isfinite(res.p).all():
             bad = np.argwhere(~np.isfinite(res.p))[0]
             res.error = ("nan-inf", f"returned {res.p[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
 
@@ -515,9 +533,16 @@ class UserOperator:
             res.error = ("nan-inf", "the gradient is not finite")
 
 
+def _changed(before: FloatArray, after: FloatArray) -> bool:
+    """Whether two float64 snapshots differ in any bit (NaN payloads and signed zeros included)."""
+    if before.shape != after.shape:
+        return True
+    return not np.array_equal(before.view(np.uint64), after.view(np.uint64))
+
+
 def _safe_snapshot(backend: _Backend, xa: Any) -> FloatArray:
     try:
-        return backend.snapshot(xa)
+        return backend.snapshot(xa, copy=False)
     except Exception:  # the user replaced the storage with something unreadable
         return np.full(1, np.nan)
 
