@@ -140,7 +140,26 @@ def test_probe_reports_user_failure_kinds_with_their_message():
     raised = by_method[bad("raises")]
     assert raised["kinds"] == {"exception": 2} and "this operator always fails" in raised["examples"]["exception"]
     assert by_method[bad("returns_nan")]["kinds"] == {"nan": 2}
+    assert "returned nan at index" in by_method[bad("returns_nan")]["examples"]["nan"]
     assert by_method[bad("wrong_shape")]["kinds"] == {"wrong-shape": 2}
+
+
+def test_probe_lists_sums_and_ranges_a_user_operator_does_not_claim():
+    softmax_times_k = f"{OPS / 'ok_sibling.py'}:scaled_softmax"  # k softmax(x / tau): entries above 1
+    code, out, _ = run_cli("stability-probe", "-m", softmax_times_k, "-n", "6", "-k", "2", "--scales", "100",
+                           "--trials", "2", "--format", "json")
+    assert code == 0
+    result = json.loads(out)["results"][0]
+    assert result["failures"] == 0 and result["unclaimed"] == {"out-of-range": 2}
+
+
+def test_verify_properties_says_a_numpy_operator_has_no_jacobian():
+    code, out, _ = run_cli("verify-properties", "-m", NUMPY, "-k", "2", "--values", "3,2,1,4", "--trials", "1",
+                           "--format", "json")
+    assert code == 0
+    rows = {r["property"]: r for r in json.loads(out)["results"]}
+    assert rows["jacobian"]["holds"] is None and "not available" in rows["jacobian"]["detail"]
+    assert rows["range"]["holds"] is True and rows["range"]["expected"] is False
 
 
 def test_numpy_operator_without_gradient_in_the_analyses():

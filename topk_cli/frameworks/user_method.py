@@ -94,9 +94,11 @@ class UserMethod:
         messages: dict[int, str] = {}
         errors = result.row_errors or ({b: result.error for b in range(bsz)} if result.error else {})
         for b, (kind, message) in errors.items():
-            if kind != "nan-inf":  # a non-finite weight: the API's own "nan" code
-                codes[b], messages[b] = kind, message
-        return Forward(p=p, q=1.0 - p, code=codes if messages else None, messages=messages)
+            if kind != "nan-inf":
+                codes[b] = kind
+            messages[b] = message  # a non-finite weight keeps code ok here: the API gives it its "nan" code
+        failed = bool((codes != OK).any())
+        return Forward(p=p, q=1.0 - p, code=codes if failed else None, messages=messages)
 
     def _derivative(self, result: CallResult, values: FloatArray | None, z: FloatArray, what: str) -> FloatArray:
         self._record(result)
