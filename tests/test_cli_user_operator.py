@@ -78,6 +78,8 @@ def test_framework_and_dtype_options():
     assert weights[0] == pytest.approx(0.6224593, abs=1e-6) and weights[0] != pytest.approx(0.6224593312018546, abs=1e-12)
     code, _, err = run_cli("compute", "-m", NUMPY, "--framework", "torch", "-k", "2", "--values", "3,2,1,4")
     assert code == 1 and "exception" in err  # numpy code run on tensors: a finding, not a crash
+    code, _, _ = run_cli("compute", "-m", NUMPY, "-k", "2", "--values", "3,2,1,4")
+    assert code == 0  # the next command detects its framework again (the forced one is not kept)
     code, _, err = run_cli("compute", "-m", "thre-sigmoid", "--dtype", "float32", "-k", "2", "--values", "3,2,1,4")
     assert code == 2 and "apply to your own operator" in err
     code, _, err = run_cli("compute", "-m", TORCH, "--framework", "mxnet", "-k", "2", "--values", "3,2,1,4")
