@@ -267,3 +267,15 @@ def test_importing_topk_cli_and_a_numpy_operator_loads_no_framework():
     """)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_users_folder_does_not_shadow_libraries_after_import(tmp_path):
+    (tmp_path / "colorsys.py").write_text("raise RuntimeError('the user folder shadowed a library')\n")
+    (tmp_path / "op_beside_a_library_name.py").write_text(
+        "import numpy as np\ndef f(x, k, tau):\n    return np.full(x.shape, k / x.shape[-1])\n"
+    )
+    sys.modules.pop("colorsys", None)
+    st.soft_topk([1.0, 2.0], 1, f"{tmp_path / 'op_beside_a_library_name.py'}:f")
+    import colorsys  # the standard library's, not the user's file (whose folder is now last on sys.path)
+
+    assert colorsys.rgb_to_hsv(0.0, 0.0, 0.0) == (0.0, 0.0, 0.0)

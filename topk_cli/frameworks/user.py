@@ -24,8 +24,9 @@ stops the command as usual.
 operator has none (:attr:`UserOperator.has_gradient` is False), and no finite difference stands
 in for it.
 
-Importing a user's file runs its code, as ``python FILE.py`` would; the file's folder is put first
-on ``sys.path`` so that its sibling modules import, as when Python runs a script.
+Importing a user's file runs its code, as ``python FILE.py`` would; the file's folder is first on
+``sys.path`` while it is imported, so that its sibling modules import as when Python runs a script
+(and last afterwards, so that a file named like a library cannot shadow what softtopk imports later).
 
 torch and JAX are imported here only inside functions, when an operator of that framework runs.
 """
@@ -680,8 +681,13 @@ def _load_file(path_text: str) -> types.ModuleType:
     if resolved in _MODULES:
         return _MODULES[resolved]
     folder = str(path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)  # sibling modules import, as when Python runs the file as a script
+    # First on sys.path while the file is imported, so that its sibling modules import as when Python
+    # runs it as a script; then last, so that a file of the user's folder named like a library
+    # (json.py, rich.py) cannot shadow what softtopk imports later, while a sibling the function
+    # imports when called is still found.
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
     digest = hashlib.sha1(resolved.encode()).hexdigest()[:10]
     mod_name = f"_softtopk_user_{path.stem}_{digest}"
     spec = importlib.util.spec_from_file_location(mod_name, resolved)
@@ -694,6 +700,10 @@ def _load_file(path_text: str) -> types.ModuleType:
     except BaseException:
         sys.modules.pop(mod_name, None)
         raise
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.append(folder)
     _MODULES[resolved] = module
     return module
 
