@@ -505,7 +505,7 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
             if name == "all":
                 chosen = list(METHODS)
             elif is_user_method(name):
-                chosen = [resolve(name, framework=framework, dtype=dtype).name]
+                chosen = [resolve(name, framework=framework or "auto", dtype=dtype or "float64").name]
             else:
                 chosen = [resolve(name).name]
         except UnknownMethodError as exc:

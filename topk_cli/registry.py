@@ -488,8 +488,9 @@ def resolve(name_or_spec: object, *, framework: str | None = None, dtype: str | 
 
     A user's operator is loaded once per process and name (importing a file runs its code) and
     resolved again under that name; ``framework`` (``auto``, ``numpy``, ``torch``, ``jax``) and ``dtype``
-    (the dtype its scores are given in) reload it when they differ from the last resolution. It
-    claims nothing (see :mod:`topk_cli.frameworks.user_method`).
+    (the dtype its scores are given in) reload it when they differ from the last resolution (None:
+    as last resolved, ``auto`` and float64 the first time). It claims nothing (see
+    :mod:`topk_cli.frameworks.user_method`).
 
     Raises:
         UnknownMethodError: neither a registered name nor the form of a user's operator.
@@ -511,11 +512,11 @@ def resolve(name_or_spec: object, *, framework: str | None = None, dtype: str | 
     known = _user_method(name_or_spec)
     if known is not None:
         method = known[1]
-        if framework in (None, "auto", method.op.framework) and dtype in (None, method.dtype):
+        if framework in (None, method.framework_asked) and dtype in (None, method.dtype):
             return known[0]
     spec_arg = name_or_spec if isinstance(name_or_spec, str) else cast(Callable[..., Any], name_or_spec)
     op = load_user_operator(spec_arg, framework=framework or "auto")
-    method = UserMethod(op, dtype or "float64")
+    method = UserMethod(op, dtype or "float64", framework_asked=framework or "auto")
     spec = method.spec()
     _USER_METHODS[spec.name] = spec
     _USER_STATE[spec.name] = method
@@ -529,8 +530,11 @@ _USER_STATE: dict[str, Any] = {}
 def _user_method(name_or_spec: object) -> tuple[MethodSpec, Any] | None:
     """The spec and adapter already resolved for this string, or for this very callable."""
     if isinstance(name_or_spec, str):
-        if name_or_spec in _USER_METHODS:
-            return _USER_METHODS[name_or_spec], _USER_STATE[name_or_spec]
+        from topk_cli.frameworks.user import spec_origin
+
+        method = _USER_STATE.get(name_or_spec)
+        if method is not None and method.op.origin == spec_origin(name_or_spec):  # a relative path: same folder
+            return _USER_METHODS[name_or_spec], method
         return None
     for name, method in _USER_STATE.items():
         if method.op.fn is name_or_spec:
@@ -546,6 +550,20 @@ def is_user_method(name: object) -> bool:
     from topk_cli.frameworks.user import is_user_spec
 
     return is_user_spec(name)
+
+
+def user_seconds(name: str) -> float | None:
+    """Wall seconds spent inside a user's operator's own code over every call so far in this
+    process (None for a registered method): the rest of a call's time is the tool's overhead."""
+    method = _USER_STATE.get(name)
+    return None if method is None else float(method.log.seconds)
+
+
+def runs_in_process(names: Collection[str]) -> bool:
+    """True when some of ``names`` must run in this process: a user's operator is loaded here (from
+    a file, a callable, possibly on a framework that does not survive a fork), and what its calls
+    reveal is collected here; grids then run with one job."""
+    return any(name in _USER_STATE for name in names)
 
 
 def clear_user_notes() -> None:

@@ -24,8 +24,9 @@ stops the command as usual.
 operator has none (:attr:`UserOperator.has_gradient` is False), and no finite difference stands
 in for it.
 
-Importing a user's file runs its code, as ``python FILE.py`` would; the file's folder is put first
-on ``sys.path`` so that its sibling modules import, as when Python runs a script.
+Importing a user's file runs its code, as ``python FILE.py`` would; the file's folder is first on
+``sys.path`` while it is imported, so that its sibling modules import as when Python runs a script
+(and last afterwards, so that a file named like a library cannot shadow what softtopk imports later).
 
 torch and JAX are imported here only inside functions, when an operator of that framework runs.
 """
@@ -142,7 +143,10 @@ class _Backend:
     def requires_grad(self, out: Any) -> bool:
         return False
 
-    def snapshot(self, arr: Any) -> FloatArray:
+    def snapshot(self, arr: Any, *, copy: bool = True) -> FloatArray:
+        """``arr``'s values as float64 (``copy=False``: a view where it already is float64 in memory)."""
+        if not copy and isinstance(arr, np.ndarray) and arr.dtype == np.float64:
+            return arr
         return self.to_numpy(arr)
 
     def vjp(self, fn: Callable[[Any], Any], xa: Any, v: FloatArray) -> tuple[Any, Callable[[], Any]]:
@@ -187,10 +191,19 @@ class _Torch(_Backend):
         return bool(out.dtype.is_floating_point)
 
     def to_numpy(self, out: Any) -> FloatArray:
-        return np.array(out.detach().to("cpu", self.torch.float64).numpy(), dtype=np.float64)
+        converted = out.detach().to("cpu", self.torch.float64)
+        values: FloatArray = converted.numpy()
+        # one copy: the user's tensor's own memory is never handed on (it may be changed later)
+        return values.copy() if converted.data_ptr() == out.data_ptr() else values
 
     def requires_grad(self, out: Any) -> bool:
         return bool(out.requires_grad)
+
+    def snapshot(self, arr: Any, *, copy: bool = True) -> FloatArray:
+        if not copy and arr.dtype == self.torch.float64 and arr.device.type == "cpu":
+            values: FloatArray = arr.detach().numpy()
+            return values
+        return self.to_numpy(arr)
 
     def vjp(self, fn: Callable[[Any], Any], xa: Any, v: FloatArray) -> tuple[Any, Callable[[], Any]]:
         torch = self.torch
@@ -251,6 +264,9 @@ class _Jax(_Backend):
     def to_numpy(self, out: Any) -> FloatArray:
         return np.array(np.asarray(out), dtype=np.float64)
 
+    def snapshot(self, arr: Any, *, copy: bool = True) -> FloatArray:
+        return np.empty(0)  # a jax.Array is immutable: nothing can change it in place
+
     def vjp(self, fn: Callable[[Any], Any], xa: Any, v: FloatArray) -> tuple[Any, Callable[[], Any]]:
         out, pullback = self.jax.vjp(fn, xa)
 
@@ -305,6 +321,7 @@ class UserOperator:
     row_by_row: bool = False
     row_reason: str = ""
     source: str = ""  # where the function is defined, FILE:LINE when known
+    origin: str = ""  # what the spec resolved to when loaded (see :func:`spec_origin`)
     _detected: bool = field(default=False, repr=False)
 
     @property
@@ -419,7 +436,8 @@ class UserOperator:
             backend = self.backend
             xa = backend.array(x, dtype)
             ka, taua = (backend.array(a, dtype) if isinstance(a, np.ndarray) else a for a in (k, tau))
-            before = backend.snapshot(xa)
+            # float64 scores are x itself (which the user never sees); other dtypes are rounded copies
+            before = x if dtype == "float64" and backend.name != "jax" else backend.snapshot(xa)
         except Exception as exc:  # ml_dtypes missing, a framework that fails to import
             res.error = ("exception", f"could not convert the input to {self.framework} {dtype}: {_one_line(exc)}")
             return res
@@ -451,9 +469,11 @@ class UserOperator:
         res.warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
         if res.error is None:
             self._check_output(res, out, x.shape, backend)
+            if mode != "forward":
+                res.requires_grad = False  # differentiated on purpose: its output requires grad
         if mode != "forward" and res.error is None:
             self._derivative(res, mode, backend, backward, x.shape)
-        res.input_changed = not np.array_equal(before, _safe_snapshot(backend, xa), equal_nan=True)
+        res.input_changed = _changed(before, _safe_snapshot(backend, xa))
         return res
 
     def _check_output(self, res: CallResult, out: Any, shape: tuple[int, ...], backend: _Backend) -> None:
@@ -474,7 +494,9 @@ class UserOperator:
         except Exception as exc:
             res.error = ("not-an-array", f"its output could not be read as numbers: {_one_line(exc)}")
             return
-        if not np.isfinite(res.p).all():
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = bool(np.isfinite(np.sum(res.p)))  # a finite sum proves every entry finite
+        if not finite and not np.isfinite(res.p).all():
             bad = np.argwhere(~np.isfinite(res.p))[0]
             res.error = ("nan-inf", f"returned {res.p[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
 
@@ -512,9 +534,16 @@ class UserOperator:
             res.error = ("nan-inf", "the gradient is not finite")
 
 
+def _changed(before: FloatArray, after: FloatArray) -> bool:
+    """Whether two float64 snapshots differ in any bit (NaN payloads and signed zeros included)."""
+    if before.shape != after.shape:
+        return True
+    return not np.array_equal(before.view(np.uint64), after.view(np.uint64))
+
+
 def _safe_snapshot(backend: _Backend, xa: Any) -> FloatArray:
     try:
-        return backend.snapshot(xa)
+        return backend.snapshot(xa, copy=False)
     except Exception:  # the user replaced the storage with something unreadable
         return np.full(1, np.nan)
 
@@ -588,7 +617,17 @@ def load_user_operator(spec: str | Callable[..., Any], *, framework: str = "auto
         except ImportError as exc:
             raise UserOperatorError(f"{name}: runs in {chosen}, which is not installed ({_one_line(exc)}); "
                                     f"install softtopk[{chosen}]") from None
-    return UserOperator(name=name, framework=chosen, fn=fn, source=_source_of(fn))
+    origin = spec_origin(spec) if isinstance(spec, str) else ""
+    return UserOperator(name=name, framework=chosen, fn=fn, source=_source_of(fn), origin=origin)
+
+
+def spec_origin(spec: str) -> str:
+    """What a spec string names from here: ``ABSOLUTE_FILE:FUNCTION`` for a file (a relative path
+    depends on the working directory), the spec itself for a module."""
+    left, _, fname = spec.rpartition(":")
+    if _is_file_spec(left.strip()):
+        return f"{Path(left.strip()).expanduser().resolve()}:{fname.strip()}"
+    return spec
 
 
 def is_user_spec(name: object) -> bool:
@@ -642,8 +681,13 @@ def _load_file(path_text: str) -> types.ModuleType:
     if resolved in _MODULES:
         return _MODULES[resolved]
     folder = str(path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)  # sibling modules import, as when Python runs the file as a script
+    # First on sys.path while the file is imported, so that its sibling modules import as when Python
+    # runs it as a script; then last, so that a file of the user's folder named like a library
+    # (json.py, rich.py) cannot shadow what softtopk imports later, while a sibling the function
+    # imports when called is still found.
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
     digest = hashlib.sha1(resolved.encode()).hexdigest()[:10]
     mod_name = f"_softtopk_user_{path.stem}_{digest}"
     spec = importlib.util.spec_from_file_location(mod_name, resolved)
@@ -656,6 +700,10 @@ def _load_file(path_text: str) -> types.ModuleType:
     except BaseException:
         sys.modules.pop(mod_name, None)
         raise
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.append(folder)
     _MODULES[resolved] = module
     return module
 

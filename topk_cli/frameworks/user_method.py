@@ -47,12 +47,15 @@ class UserMethodLog:
 
     notes: list[str] = field(default_factory=list)
     printed: list[str] = field(default_factory=list)
+    #: Wall seconds spent inside the user's code over every call so far (the tool's overhead is the rest).
+    seconds: float = 0.0
 
     def add(self, note: str) -> None:
         if note not in self.notes:
             self.notes.append(note)
 
     def record(self, op: UserOperator, result: CallResult, dtype: str) -> None:
+        self.seconds += result.seconds
         if result.stdout:
             self.printed.append(result.stdout)
         for w in result.warnings:
@@ -77,6 +80,7 @@ class UserMethod:
     op: UserOperator
     dtype: str = "float64"
     log: UserMethodLog = field(default_factory=UserMethodLog)
+    framework_asked: str = "auto"  # what the caller asked for (the framework detected is op.framework)
 
     def _record(self, result: CallResult) -> CallResult:
         self.log.record(self.op, result, self.dtype)
@@ -90,9 +94,11 @@ class UserMethod:
         messages: dict[int, str] = {}
         errors = result.row_errors or ({b: result.error for b in range(bsz)} if result.error else {})
         for b, (kind, message) in errors.items():
-            if kind != "nan-inf":  # a non-finite weight: the API's own "nan" code
-                codes[b], messages[b] = kind, message
-        return Forward(p=p, q=1.0 - p, code=codes if messages else None, messages=messages)
+            if kind != "nan-inf":
+                codes[b] = kind
+            messages[b] = message  # a non-finite weight keeps code ok here: the API gives it its "nan" code
+        failed = bool((codes != OK).any())
+        return Forward(p=p, q=1.0 - p, code=codes if failed else None, messages=messages)
 
     def _derivative(self, result: CallResult, values: FloatArray | None, z: FloatArray, what: str) -> FloatArray:
         self._record(result)

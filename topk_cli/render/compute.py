@@ -142,7 +142,7 @@ def render_compute_table(
     shown_rows = min(rows, max_blocks)
     for r in range(shown_rows):
         renderables.append(_block(report, r, max_entries))
-        if report.runs and report.runs[0].jacobian is not None:
+        if any(run.jacobian is not None for run in report.runs):
             renderables.extend(_jacobian_tables(report, r))
     if rows > shown_rows:
         notes.append(
@@ -153,8 +153,9 @@ def render_compute_table(
             f"the table shows the first {max_entries} of {n} entries per vector (the sums cover all); "
             "use --format csv or json for all"
         )
-    if report.runs and report.runs[0].jacobian is not None and n > TABLE_MAX_JACOBIAN_N:
+    if any(run.jacobian is not None for run in report.runs) and n > TABLE_MAX_JACOBIAN_N:
         notes.append(f"the table omits Jacobians for n > {TABLE_MAX_JACOBIAN_N}; use --format json")
+    notes.extend(run.jacobian_note for run in report.runs if run.jacobian_note)
     temperature = f"tau={format_float(report.tau)}" if report.hardness is None else f"top-k mass {report.hardness:g}"
     header = Text(
         f"soft top-k of {data.source}: {_k_header(report)}, {temperature}, n={n}"
@@ -370,6 +371,9 @@ def render_compute_json(report: ComputeReport) -> str:
                 tau=run.tau, topk_mass=run.match.mass, hardness_status=run.match.status,
                 hardness_reason=run.match.reason,
             )
+        if run.jacobian_note is not None:
+            entry["jacobian"] = None
+            entry["jacobian_note"] = run.jacobian_note
         if run.jacobian is not None:
             entry["jacobian"] = [
                 big(_json_matrix(run.jacobian[r])) if run.status[r] == "ok" else None for r in range(rows)

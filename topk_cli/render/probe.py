@@ -162,6 +162,9 @@ def render_probe_table(report: ProbeReport) -> list[RenderableType]:
     if detection is not None:
         parts.append(detection)
     parts.append(_boundaries_table(report))
+    examples = _examples(report)
+    if examples:
+        parts.append(Text("First message per failure kind:\n" + "\n".join(examples)))
     parts.append(Text(
         "first failing: any failure (incl. the method's own 'cancellation' refusals); log0/log<0 seen: "
         "the recursion broke; predicted: error-amplification model; saturation model: some 1 - p < 2^-53 "
@@ -170,12 +173,23 @@ def render_probe_table(report: ProbeReport) -> list[RenderableType]:
     return [Group(*parts)]
 
 
+def _examples(report: ProbeReport) -> list[str]:
+    """``method: kind: message`` for the first message of each (method, failure kind) on the grid."""
+    seen: dict[tuple[str, str], str] = {}
+    for c in report.cells:
+        for code, message in c.examples.items():
+            seen.setdefault((c.method, code), message)
+    return [f"  {method}: {code}: {message}" for (method, code), message in seen.items()]
+
+
 def _cell_dict(c: CellResult) -> dict[str, Any]:
     out: dict[str, Any] = {
         "method": c.method, "n": c.n, "k": c.k, "scale": c.scale, "trials": c.trials,
         "failures": c.failures, "kinds": dict(c.kinds), "unclaimed": dict(c.unclaimed),
         "max_error": None if math.isnan(c.max_error) else c.max_error,
     }
+    if c.examples:
+        out["examples"] = dict(c.examples)
     d = c.detection
     if d is not None:
         out["detection"] = {
