@@ -857,7 +857,7 @@ def verify_properties_command(
         Optional[float],
         typer.Option("--vjp-tol", metavar="TOL", show_default=False,
                      help="Largest VJP error, relative to the reference VJP's max-norm, of vjp-matches-reference "
-                          "(default by dtype: float64 1e-8, float32 2e-2, bfloat16 5e-2, float16 2e-2)."),
+                          "(default by dtype: float64 1e-8, float32 2e-2, bfloat16 1e-1, float16 2e-2)."),
     ] = None,
 ) -> None:
     """Measure range, sum, monotonicity, invariances, limits, smoothness, Jacobian and finiteness.
