@@ -402,7 +402,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="Relaxed subset sampling (Xie & Ermon 2019): k rounds of a = softmax(w), w += log(1 - a); p = sum a.",
         family="iterative",
         guarantees=Guarantees(
-            range=False, sum=True, monotone_weak=False, monotone_strict=False,
+            range=False, sum=True, monotone_weak=True, monotone_strict=True,
             shift_invariant=True, permutation_equivariant=True, hard_limit=False,
             softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
         ),
@@ -411,9 +411,10 @@ _SPECS: tuple[MethodSpec, ...] = (
             "(log-weights x / tau, relaxation temperature 1)."
         ),
         notes=(
-            "log(1 - a) is clamped at log(2.2e-308) (derivative 0 where clamped). Entries can exceed 1 "
-            "(x = 0,-1,-2, k = 3: p_1 = 1.23). noise = 1 adds Gumbel keys x / tau + G (seeded, common random "
-            "numbers): a Monte Carlo mean with standard errors and pathwise derivatives; the claims are "
+            "log(1 - a) in log space, without the floor public code clips 1 - a at (which changes the map once a "
+            "key leads by ~87). Entries can exceed 1 (x = 0,-1,-2, k = 3: 1.52, 1, 0.48), and its tau -> 0 limit is "
+            "not hard top-k (x = 0,-1,-2, k = 2: 1.5, 0.5, 0). noise = 1 adds Gumbel keys x / tau + G (seeded, common "
+            "random numbers): a Monte Carlo mean with standard errors and pathwise derivatives; the claims are "
             "those of the default, deterministic relaxation. The article divides x + sum log(1 - a) by its "
             "temperature: the same map at tau = 1 only."
         ),
@@ -432,7 +433,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         family="threshold",
         guarantees=Guarantees(
             range=True, sum=False, monotone_weak=True, monotone_strict=False,
-            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
             softmax_at_k1=True, jacobian=True, finite=True, smoothness="C0",
         ),
         reference=(
@@ -441,7 +442,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         ),
         notes=(
             "= coor_descent(x - max x, eps = tau): the public code on raw scores also depends on their offset. "
-            "Tends to thre-exp as iterations grow; at the default 20 the sum misses k (README: measured table)."
+            "Tends to thre-exp as iterations grow, slowly at small tau: at the default 20 the sum misses k and "
+            "the tau -> 0 limit is not hard top-k (x = 1,2,0, k = 2, tau = 1e-3: 0, 1, 0; README: measured table)."
         ),
         implementation=COORDINATE_DESCENT,
         parameters=(
@@ -458,14 +460,18 @@ _SPECS: tuple[MethodSpec, ...] = (
         family="sigmoid",
         guarantees=Guarantees(
             range=True, sum=False, monotone_weak=True, monotone_strict=True,
-            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
         ),
         reference=(
             "Zhu et al. 2025, 'Differentiable fast top-k selection for large-scale recommendation' (DFTopK); "
             "the authors' DFTopK.py computes the same threshold."
         ),
-        notes="At k = n every weight is 1 (no (k+1)-th score). Kinks where the k-th or (k+1)-th entry changes.",
+        notes=(
+            "At k = n every weight is 1 (no (k+1)-th score). Kinks where the k-th or (k+1)-th entry changes. "
+            "The hard limit holds for distinct scores; where more than two tie at the k-th value each tends to "
+            "1/2 (x = 0,0,0, k = 1: 0.5 each, hard top-k 1/3)."
+        ),
         implementation=DFTOPK,
         probe=ProbeReference("the definition by a full sort, the sigmoid in extended precision", dftopk_reference),
     ),

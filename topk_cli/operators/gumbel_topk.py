@@ -9,11 +9,13 @@ and every method's weights are a function of ``z`` alone): this is the article's
 with log-weights ``x / tau`` and relaxation temperature 1. The article divides the masked keys
 ``x + sum log(1 - a)`` by its temperature ``t``, a different map of ``(x, t)`` unless ``t = 1``.
 
-Clamp: ``log(1 - a)`` is ``log(max(1 - a, tiny))`` with ``tiny`` the smallest normal float64
-(``2.2e-308``), as public implementations clip ``1 - a`` at a floor (the float32 ``tiny``) before
-the log; where the clamp acts its derivative is 0 (the clip's). ``1 - a`` is computed without
-cancellation: ``1 - a_i`` for the entries whose ``a_i <= 1/2`` (every one but the largest), and
-the sum of the other exponentials over the total for the largest.
+No clamp: ``log(1 - a)`` is computed in log space, ``log1p(-a)`` for every entry but the largest
+(``a <= 1/2`` there) and ``logsumexp(others) - logsumexp(all)`` for the largest, so it stays exact
+where ``1 - a`` underflows. Public implementations clip ``1 - a`` at a floor (the float32 ``tiny``,
+1.2e-38) before the log, which changes the map once a key leads the others by more than ~87
+(``x / tau`` units); without a floor the exact relaxation is kept (e.g. ``x = 0,-2207``, ``k = 2``
+gives ``0.5, 1.5``, the floor ``0, 2``). ``log(1 - a)`` is finite whenever the row has two unmasked
+entries, which every round but the last of a row with ``k >= 2`` has.
 
 Noise (``noise=1``): Gumbel keys ``G`` are added to ``z`` once (``x / tau + G``), ``samples``
 draws from ``seed``, tied to the rank of the entry among the unmasked ones of its row (masking an
@@ -36,34 +38,47 @@ from topk_cli.operators._base import FloatArray, Forward, Implementation
 from topk_cli.operators._by_vjp import jacobian_from_vjp
 from topk_cli.references import BoolArray, ReferenceContext
 
-#: Floor of ``1 - a`` before its log (the smallest normal float64).
-FLOOR = float(np.finfo(np.float64).tiny)
 DEFAULT_SAMPLES = 100
 DEFAULT_SEED = 0
 
 
-def _rounds(w0: FloatArray, k: int) -> tuple[FloatArray, FloatArray]:
-    """``(a, c)``, each ``(B, k, n)``: the softmax of every round and its accurate complement."""
+def _rounds(w0: FloatArray, k: int) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
+    """``(a, c, ratio, tops)``: each ``(B, k, n)``, the softmax of every round, its complement ``1 - a``
+    and ``ratio = a / (1 - a_top)`` off the largest entry (``e^{w_m}`` over the sum of the others than
+    the largest; 0 on it); ``tops (B, k)`` the largest entry of each round (the first at a tie)."""
     bsz, n = w0.shape
     rows = np.arange(bsz)
     a_all = np.empty((bsz, k, n))
     c_all = np.empty((bsz, k, n))
+    r_all = np.empty((bsz, k, n))
+    tops = np.empty((bsz, k), dtype=np.intp)
     w = w0.copy()
     for j in range(k):
         top = np.argmax(w, axis=1)
-        with np.errstate(under="ignore", invalid="ignore"):
-            e = np.exp(w - w[rows, top][:, None])  # masked: exp(-inf) = 0; the largest: 1
-        e[rows, top] = 0.0
-        rest = e.sum(axis=1)
-        e[rows, top] = 1.0
-        total = 1.0 + rest
-        a = e / total[:, None]
-        c = 1.0 - a  # exact to rounding: a <= 1/2 off the largest entry
-        c[rows, top] = rest / total
-        a_all[:, j], c_all[:, j] = a, c
+        w_top = w[rows, top]
+        others = w.copy()
+        others[rows, top] = -np.inf
+        second = others.max(axis=1)
+        alone = ~np.isfinite(second)  # one unmasked entry: it takes everything
+        second[alone] = 0.0
+        with np.errstate(under="ignore", invalid="ignore", divide="ignore"):
+            e2 = np.exp(others - second[:, None])  # the largest of the others: 1
+            lse_rest = second + np.log(e2.sum(axis=1))  # log sum_{m != top} e^{w_m}
+            lse_rest[alone] = -np.inf
+            lse_all = w_top + np.log1p(np.exp(lse_rest - w_top))
+            a = np.exp(w - lse_all[:, None])
+            ratio = np.exp(others - lse_rest[:, None])
+        ratio[alone] = 0.0
+        ratio[rows, top] = 0.0
+        with np.errstate(divide="ignore"):  # a = 1 only on a lone entry, replaced below
+            log_c = np.log1p(-a)  # exact: a <= 1/2 off the largest entry
+        log_c[rows, top] = lse_rest - lse_all  # log(1 - a_top), exact where 1 - a_top underflows
+        with np.errstate(under="ignore"):
+            c = np.exp(log_c)
+        a_all[:, j], c_all[:, j], r_all[:, j], tops[:, j] = a, c, ratio, top
         if j < k - 1:
-            w = w + np.log(np.maximum(c, FLOOR))  # masked: -inf + log 1 stays -inf
-    return a_all, c_all
+            w = w + log_c  # masked: -inf + 0 stays -inf
+    return a_all, c_all, r_all, tops
 
 
 def _weights(a_all: FloatArray, c_all: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -77,27 +92,26 @@ def _weights(a_all: FloatArray, c_all: FloatArray) -> tuple[FloatArray, FloatArr
     return p, q
 
 
-def _vjp_rounds(a_all: FloatArray, c_all: FloatArray, v: FloatArray) -> FloatArray:
-    """``V dp/dw0`` for ``V (B, C, n)`` by reverse mode through the rounds."""
-    bsz, k, n = a_all.shape
+def _vjp_rounds(a_all: FloatArray, c_all: FloatArray, r_all: FloatArray, tops: np.ndarray, v: FloatArray) -> FloatArray:
+    """``V dp/dw0`` for ``V (B, C, n)`` by reverse mode through the rounds.
+
+    Round ``j`` adds ``l_i = log(1 - a_i)`` to the keys; ``dl_i/dw_m = [m != i] a_m / (1 - a_i) - a_m``,
+    so a gradient ``g`` on ``l`` gives ``a_m sum_{i != m} g_i / (1 - a_i) - a_m sum_i g_i``; the term
+    of the largest entry ``t`` is ``ratio_m g_t`` (``a_m / (1 - a_t)``, bounded by 1 and exact where
+    ``1 - a_t`` underflows), every other ``1 - a_i`` is at least 1/2."""
+    bsz, k = a_all.shape[:2]
     rows = np.arange(bsz)
     gw = np.zeros(v.shape)
     for j in range(k - 1, -1, -1):
         a = a_all[:, j][:, None, :]
         out = gw + a * (v - (a * v).sum(axis=-1, keepdims=True))  # identity path + softmax VJP of v
         if j < k - 1:
-            c = c_all[:, j]
-            free = (c > FLOOR)[:, None, :]
-            g = np.where(free, gw, 0.0)  # the gradient reaching log(1 - a_j)
-            r = g / c[:, None, :]
-            # sum_{i != m} g_i / c_i: by subtraction except for the largest entry (small c), summed directly
-            excl = r.sum(axis=-1, keepdims=True) - r
-            top = np.argmax(a_all[:, j], axis=1)
-            r_top = r[rows, :, top].copy()
+            top = tops[:, j]  # the forward's choice: at a tie, argmax of a may pick another
+            g_top = gw[rows, :, top][:, :, None]
+            r = gw / c_all[:, j][:, None, :]
             r[rows, :, top] = 0.0
-            excl[rows, :, top] = r.sum(axis=-1)
-            r[rows, :, top] = r_top
-            out += a * (excl - g.sum(axis=-1, keepdims=True))
+            out += (a * (r.sum(axis=-1, keepdims=True) - r) + r_all[:, j][:, None, :] * g_top
+                    - a * gw.sum(axis=-1, keepdims=True))
         gw = out
     return gw
 
@@ -111,7 +125,7 @@ def _check_noise(noise: Any, samples: Any, seed: Any) -> tuple[bool, int, int]:
 def gumbel_noise(z: FloatArray, samples: int, seed: int) -> FloatArray:
     """``(B, S, n)`` standard Gumbel keys: draw ``j`` of the ``r``-th unmasked entry of a row is the
     same in every row (and 0 on masked entries)."""
-    bsz, n = z.shape
+    n = z.shape[1]
     g = -np.log(-np.log(np.random.default_rng(seed).uniform(size=(samples, n))))
     fin = np.isfinite(z)
     rank = np.cumsum(fin, axis=1) - 1
@@ -119,7 +133,8 @@ def gumbel_noise(z: FloatArray, samples: int, seed: int) -> FloatArray:
     return out
 
 
-def _noisy_rounds(z: FloatArray, k: int, samples: int, seed: int) -> tuple[FloatArray, FloatArray]:
+def _noisy_rounds(z: FloatArray, k: int, samples: int, seed: int
+                  ) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
     bsz, n = z.shape
     keys = (z[:, None, :] + gumbel_noise(z, samples, seed)).reshape(bsz * samples, n)
     return _rounds(keys, k)
@@ -134,11 +149,11 @@ def gumbel_topk_forward(z: FloatArray, k: int, *, noise: int = 0, samples: int =
     """
     on, samples, seed = _check_noise(noise, samples, seed)
     if not on:
-        a_all, c_all = _rounds(z, k)
+        a_all, c_all, _, _ = _rounds(z, k)
         p, q = _weights(a_all, c_all)
         return Forward(p=p, q=q)
     bsz, n = z.shape
-    a_all, c_all = _noisy_rounds(z, k, samples, seed)
+    a_all, c_all, _, _ = _noisy_rounds(z, k, samples, seed)
     ps, qs = (w.reshape(bsz, samples, n) for w in _weights(a_all, c_all))
     se = ps.std(axis=1, ddof=1) / np.sqrt(samples) if samples > 1 else np.full((bsz, n), np.inf)
     return Forward(p=ps.mean(axis=1), q=qs.mean(axis=1), aux={"stderr": se})
@@ -147,12 +162,10 @@ def gumbel_topk_forward(z: FloatArray, k: int, *, noise: int = 0, samples: int =
 def _vjp_many(z: FloatArray, k: int, v: FloatArray, noise: int, samples: int, seed: int) -> FloatArray:
     on, samples, seed = _check_noise(noise, samples, seed)
     if not on:
-        a_all, c_all = _rounds(z, k)
-        return _vjp_rounds(a_all, c_all, v)
-    bsz, n = z.shape
-    a_all, c_all = _noisy_rounds(z, k, samples, seed)
+        return _vjp_rounds(*_rounds(z, k), v)
+    bsz = z.shape[0]
     vv = np.repeat(v, samples, axis=0)
-    return _vjp_rounds(a_all, c_all, vv).reshape(bsz, samples, *v.shape[1:]).mean(axis=1)
+    return _vjp_rounds(*_noisy_rounds(z, k, samples, seed), vv).reshape(bsz, samples, *v.shape[1:]).mean(axis=1)
 
 
 def gumbel_topk_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray, *, noise: int = 0,
@@ -168,9 +181,9 @@ def gumbel_topk_jacobian(fwd: Forward, z: FloatArray, k: int, *, noise: int = 0,
 
 
 def gumbel_topk_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
-    """The definition in extended precision (``np.longdouble``): ``1 - a`` by subtraction, the
-    floor at the float64 one; rows trusted where every ``1 - a`` stays above 1e-6 (below, the
-    subtraction loses the digits the next round needs)."""
+    """The definition in extended precision (``np.longdouble``), ``1 - a`` by subtraction; rows
+    trusted where every ``1 - a`` stays above 1e-6 (below, the subtraction loses the digits the
+    next round needs)."""
     w = z.astype(np.longdouble)
     p = np.zeros(z.shape, dtype=np.longdouble)
     trusted = np.ones(z.shape[0], dtype=bool)
@@ -182,7 +195,7 @@ def gumbel_topk_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple
             c = 1 - a
             if j < k - 1:
                 trusted &= (c > 1e-6).all(axis=1)
-                w = w + np.log(np.maximum(c, np.longdouble(FLOOR)))
+                w = w + np.log(c)
     return p.astype(np.float64), trusted
 
 
