@@ -26,8 +26,10 @@ iterations the last ``b`` update moves ``p`` off ``sum p = k`` (the ``a`` update
 Masked entries (``-inf``) are left out of the log-sum-exp and get weight 0, as the mask of the
 public code does.
 
-Derivatives: exact, by reverse mode through the iterations (recomputed from ``z``): ``relu`` takes
-derivative 0 at 0 (torch's convention), the first ``a`` does not depend on ``z`` (``s + b = 0``).
+Derivatives: exact, by reverse mode through the iterations (recomputed from ``z``); the first ``a``
+does not depend on ``z`` (``s + b = 0``). At a kink (``z + a = 0`` exactly, e.g. every entry at
+``k = n`` with all scores tied) the derivative is the one-sided one of an increase of the first
+largest entry: ``relu`` takes slope 1 at 0 on that entry and 0 on the others.
 As the map is taken at ``max z = 0``, they are those of ``z -> G(z - max z)`` (:func:`through_the_shift`),
 so that ``dp/dx = (dp/dz) / tau`` holds as the API assumes.
 The Jacobian is the VJP of every row of the identity.
@@ -47,7 +49,7 @@ from topk_cli.references import BoolArray, ReferenceContext
 DEFAULT_ITERATIONS = 20
 
 
-def _run(z: FloatArray, k: int, iterations: int, record: bool = False
+def _run(z: FloatArray, k: int, iterations: int, record: bool = False, top: np.ndarray | None = None
          ) -> tuple[FloatArray, list[FloatArray], list[np.ndarray]]:
     """The iterations: ``(u, pis, pos)`` with ``u = z + a`` of the last one, the softmax of
     ``z + b`` of every iteration (when recording) and where ``u > 0`` of every iteration."""
@@ -58,6 +60,10 @@ def _run(z: FloatArray, k: int, iterations: int, record: bool = False
     pis: list[FloatArray] = []
     pos: list[np.ndarray] = []
     u = s
+    # the kink u = 0 (relu) is taken from the side of an increase of the first largest entry, to which
+    # the derivative of the centring goes: saturated (u > 0) there, free (u < 0) elsewhere
+    is_top = np.zeros(z.shape, dtype=bool)
+    is_top[np.arange(z.shape[0]), np.argmax(z, axis=1) if top is None else top] = True
     for _ in range(iterations):
         sb = np.where(fin, s + b, -np.inf)
         top = sb.max(axis=1, keepdims=True)
@@ -69,7 +75,9 @@ def _run(z: FloatArray, k: int, iterations: int, record: bool = False
         b = -np.maximum(u, 0.0)
         if record:
             pis.append(e / total)
-            pos.append(u > 0.0)
+            pos.append((u > 0.0) | ((u == 0.0) & is_top))
+    if record:
+        pos.append((u > 0.0) | ((u == 0.0) & is_top))
     return np.where(fin, u, -np.inf), pis, pos
 
 
@@ -86,11 +94,26 @@ def coordinate_descent_forward(z: FloatArray, k: int, *, iterations: int = DEFAU
 
 
 def _vjp_many(z: FloatArray, k: int, v: FloatArray, iterations: int) -> FloatArray:
-    """``V dp/dz`` for ``V (B, C, n)``."""
-    u, pis, pos = _run(z, k, iterations, record=True)
+    """``V dp/dz`` for ``V (B, C, n)``. Where several entries tie at the largest score no derivative
+    exists (the map is not shift-invariant before the centring): the entry of each of them is the
+    one-sided derivative of its own increase (it becomes the largest), one reverse pass per tied entry."""
+    tied = z == 0.0  # the largest entries (z = x - max x)
+    rank = np.cumsum(tied, axis=1) - 1
+    out = _vjp_once(z, k, v, iterations, np.argmax(z, axis=1))
+    for r in range(1, int(tied.sum(axis=1).max())):
+        rows = np.flatnonzero(tied.sum(axis=1) > r)
+        top = np.argmax(tied[rows] & (rank[rows] == r), axis=1)
+        other = _vjp_once(z[rows], k, v[rows], iterations, top)
+        out[rows, :, top] = other[np.arange(rows.size), :, top]
+    return out
+
+
+def _vjp_once(z: FloatArray, k: int, v: FloatArray, iterations: int, top: np.ndarray) -> FloatArray:
+    """``V dp/dz`` with the derivative of the centring given to entry ``top`` of each row."""
+    u, pis, pos = _run(z, k, iterations, record=True, top=top)
     with np.errstate(under="ignore"):
         p = np.exp(np.minimum(u, 0.0))
-    g_u = v * (p * (u <= 0.0))[:, None, :]  # d exp(u - relu(u)) / du
+    g_u = v * (p * ~pos[-1])[:, None, :]  # d exp(u - relu(u)) / du
     g_s = np.zeros(v.shape)
     for t in range(iterations - 1, -1, -1):
         g_s += g_u
@@ -101,14 +124,14 @@ def _vjp_many(z: FloatArray, k: int, v: FloatArray, iterations: int) -> FloatArr
         g_s += g_sb
         g_u = -g_sb * pos[t - 1][:, None, :]  # b_{t-1} = -relu(u_{t-1})
     g_s = np.where(np.isfinite(z)[:, None, :], g_s, 0.0)
-    return through_the_shift(z, g_s)
+    return through_the_shift(z, g_s, top)
 
 
-def through_the_shift(z: FloatArray, g: FloatArray) -> FloatArray:
+def through_the_shift(z: FloatArray, g: FloatArray, top: np.ndarray | None = None) -> FloatArray:
     """``V dp/dz`` of ``p = G(z - max z)`` from ``V dG (B, C, n)``: the map is taken at ``max z = 0``
     (the API's z), so a shift of every entry changes nothing; the derivative of the max goes to the
     first largest entry (at a tie of the largest entries no derivative exists)."""
-    top = np.argmax(z, axis=1)
+    top = np.argmax(z, axis=1) if top is None else top
     rows = np.arange(z.shape[0])
     out = g.copy()
     out[rows, :, top] -= g.sum(axis=-1)
