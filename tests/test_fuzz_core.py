@@ -13,7 +13,6 @@ import functools
 import numpy as np
 import pytest
 import reference as ref
-import reference_wider
 from conftest import run_cli
 from golden_store import golden
 from hypothesis import HealthCheck, given, settings
@@ -41,7 +40,7 @@ def _ref_pq(method: str, z: tuple[float, ...], k: int) -> tuple[tuple[float, ...
         with ref.mp.workdps(80):
             q = [1 - ref.mpf(v) for v in p]
     else:  # the wider field's methods
-        p = reference_wider.REFERENCES[name](z, k, 1.0)
+        p = ref.all_references()[name](z, k, 1.0)
         with ref.mp.workdps(80):
             q = [1 - ref.mpf(v) for v in p]
     return tuple(float(v) for v in p), tuple(float(v) for v in q)

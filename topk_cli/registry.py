@@ -498,7 +498,7 @@ _SPECS: tuple[MethodSpec, ...] = (
     MethodSpec(
         name="k-softmax",
         summary="k * softmax(z): the naive router baseline; sums to k but entries exceed 1.",
-        family="softmax",
+        family="scaled-softmax",
         guarantees=Guarantees(
             range=False, sum=True, monotone_weak=True, monotone_strict=True,
             shift_invariant=True, permutation_equivariant=True, hard_limit=False,
@@ -515,7 +515,7 @@ _SPECS: tuple[MethodSpec, ...] = (
     MethodSpec(
         name="straight-through",
         summary="Straight-through hard top-k: hard forward, thre-sigmoid's Jacobian and VJP backward.",
-        family="straight-through",
+        family="surrogate-gradient",
         guarantees=Guarantees(
             range=True, sum=True, monotone_weak=True, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
