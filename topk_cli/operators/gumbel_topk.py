@@ -55,29 +55,31 @@ def _rounds(w0: FloatArray, k: int) -> tuple[FloatArray, FloatArray, FloatArray,
     w = w0.copy()
     for j in range(k):
         top = np.argmax(w, axis=1)
-        w_top = w[rows, top]
-        others = w.copy()
+        d = w - w[rows, top][:, None]  # the largest at 0; masked -inf
+        d[rows, top] = 0.0
+        others = d.copy()
         others[rows, top] = -np.inf
         second = others.max(axis=1)
         alone = ~np.isfinite(second)  # one unmasked entry: it takes everything
         second[alone] = 0.0
         with np.errstate(under="ignore", invalid="ignore", divide="ignore"):
-            e2 = np.exp(others - second[:, None])  # the largest of the others: 1
-            lse_rest = second + np.log(e2.sum(axis=1))  # log sum_{m != top} e^{w_m}
-            lse_rest[alone] = -np.inf
-            lse_all = w_top + np.log1p(np.exp(lse_rest - w_top))
-            a = np.exp(w - lse_all[:, None])
-            ratio = np.exp(others - lse_rest[:, None])
-        ratio[alone] = 0.0
+            g = others - second[:, None]  # the others relative to the second largest (0 there)
+            log_rest2 = np.log(np.exp(g).sum(axis=1))  # log sum_{m != top} e^{d_m} - second, in [0, log n]
+            lrest = np.where(alone, -np.inf, second + log_rest2)
+            big = np.log1p(np.exp(lrest))  # log of the total, relative to the largest
+            a = np.exp(d - big[:, None])
+            ratio = np.where(alone[:, None], 0.0, np.exp(g - log_rest2[:, None]))
+            log_c = np.log1p(-a)  # exact: a <= 1/2 off the largest entry (a = 1 only on a lone one)
         ratio[rows, top] = 0.0
-        with np.errstate(divide="ignore"):  # a = 1 only on a lone entry, replaced below
-            log_c = np.log1p(-a)  # exact: a <= 1/2 off the largest entry
-        log_c[rows, top] = lse_rest - lse_all  # log(1 - a_top), exact where 1 - a_top underflows
+        log_c[rows, top] = lrest - big  # log(1 - a_top), exact where 1 - a_top underflows
         with np.errstate(under="ignore"):
             c = np.exp(log_c)
         a_all[:, j], c_all[:, j], r_all[:, j], tops[:, j] = a, c, ratio, top
         if j < k - 1:
-            w = w + log_c  # masked: -inf + 0 stays -inf
+            # the next keys relative to the second largest: the largest's is log(rest2) - big exactly
+            # (- second + lrest - big), so that a gap of 1e20 does not absorb log(1 - a_top)
+            w = g + log_c
+            w[rows, top] = np.where(alone, 0.0, log_rest2 - big)
     return a_all, c_all, r_all, tops
 
 
