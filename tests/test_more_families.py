@@ -152,3 +152,25 @@ def test_straight_through_is_hard_forward_and_thre_sigmoid_backward() -> None:
     v = rng.normal(size=x.shape)
     np.testing.assert_array_equal(st.vjp(x, 2, v, "straight-through", tau=0.3), st.vjp(x, 2, v, "thre-sigmoid", tau=0.3))
     assert not st.METHODS["straight-through"].guarantees.jacobian  # not the forward's derivative, and says so
+
+
+def test_gumbel_topk_keys_survive_a_huge_gap() -> None:
+    """Regression: with the keys kept relative to the largest, log(1 - a_top) (~ -1e20 + log 2) was
+    absorbed by -1e20 and 0,0,1 at tau = 1e-20, k = 2 gave 1/3, 1/3, 4/3 instead of 1/4, 1/4, 3/2."""
+    np.testing.assert_allclose(st.soft_topk(np.array([0.0, 0.0, 1.0]), 2, "gumbel-topk", tau=1e-20),
+                               [0.25, 0.25, 1.5], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(st.soft_topk(np.array([0.0, 1.0]), 2, "gumbel-topk", tau=1e-8), [0.5, 1.5],
+                               rtol=0, atol=1e-15)
+
+
+def test_coordinate_descent_jacobian_at_tied_largest_scores_is_one_sided() -> None:
+    """Regression: at k = n with every score tied, each entry's column is the derivative of its own
+    increase (it had the centring's derivative on the first entry only: 0.8 where the one-sided
+    difference is 0.0144)."""
+    x = np.ones(5)
+    jac = st.jacobian(x, 5, "coordinate-descent")
+    h = 1e-7
+    for j in range(5):
+        e = np.eye(5)[j]
+        right = (st.soft_topk(x + h * e, 5, "coordinate-descent") - st.soft_topk(x, 5, "coordinate-descent")) / h
+        np.testing.assert_allclose(jac[:, j], right, atol=1e-5)
