@@ -16,7 +16,7 @@ piecewise-linear function of the scores: the map is continuous with kinks where 
 
 Jacobian: ``dp_i/dz_j = s_i (delta_ij - [j = k-th] / 2 - [j = (k+1)-th] / 2)`` with ``s = p (1 - p)``:
 the diagonal plus the two columns of the k-th and (k+1)-th entries (through ``m``). At a tie of
-the k-th or (k+1)-th score no derivative exists; the positions of a stable descending sort are used.
+the k-th or (k+1)-th score no derivative exists; the positions ``np.argpartition`` picks are used.
 """
 
 from __future__ import annotations
@@ -31,24 +31,29 @@ def _midpoint(z: FloatArray, k: int) -> tuple[FloatArray, np.ndarray, np.ndarray
     """``(m, i_k, i_k1)``: the midpoint per row and the positions of the k-th and (k+1)-th largest
     (``i_k1 = -1`` where there is no (k+1)-th unmasked entry)."""
     bsz, n = z.shape
-    order = np.argsort(-z, axis=1, kind="stable")
     rows = np.arange(bsz)
-    i_k = order[:, k - 1]
-    s_k = z[rows, i_k]
-    if k < n:
-        i_k1 = order[:, k].copy()
+    if k < n:  # one selection (O(n)): positions k - 1 and k of the descending order
+        part = np.argpartition(-z, (k - 1, k), axis=1)
+        i_k, i_k1 = part[:, k - 1], part[:, k].copy()
         s_k1 = z[rows, i_k1]
     else:
+        i_k = np.argmin(z, axis=1)
         i_k1 = np.full(bsz, -1)
         s_k1 = np.full(bsz, -np.inf)
+    s_k = z[rows, i_k]
     i_k1[~np.isfinite(s_k1)] = -1
     m = 0.5 * s_k + 0.5 * s_k1  # halving is exact: no overflow at z near -max float
     return m, i_k, i_k1
 
 
-def _sigmoid(t: FloatArray) -> FloatArray:
-    with np.errstate(over="ignore", under="ignore"):
-        return 1.0 / (1.0 + np.exp(-t))
+def _sigmoids(t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sigmoid(t), sigmoid(-t))`` from one ``exp(-|t|)``, each to full relative precision."""
+    with np.errstate(under="ignore", invalid="ignore"):
+        e = np.exp(-np.abs(t))
+    small = e / (1.0 + e)
+    large = 1.0 / (1.0 + e)
+    pos = t >= 0
+    return np.where(pos, large, small), np.where(pos, small, large)
 
 
 def dftopk_forward(z: FloatArray, k: int) -> Forward:
@@ -61,7 +66,8 @@ def dftopk_forward(z: FloatArray, k: int) -> Forward:
     fin = np.isfinite(z)
     with np.errstate(invalid="ignore"):
         d = np.where(fin, z - m[:, None], -np.inf)  # m = -inf at k = n: d = +inf on finite entries
-    return Forward(p=_sigmoid(d), q=_sigmoid(-d))
+    p, q = _sigmoids(d)
+    return Forward(p=p, q=q)
 
 
 def _parts(fwd: Forward, z: FloatArray, k: int) -> tuple[FloatArray, np.ndarray, np.ndarray]:

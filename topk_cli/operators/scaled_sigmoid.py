@@ -29,11 +29,19 @@ from topk_cli.operators.coordinate_descent import through_the_shift
 from topk_cli.references import BoolArray, ReferenceContext
 
 
+def _sigmoids(z: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(sigmoid(z), 1 - sigmoid(z))`` from one ``exp(z)`` (``z <= 0``: no overflow), 0 and 0 on
+    masked entries (``z = -inf``: ``e = 0``, and 1 - s is set to 0 there, left out of ``n - S``)."""
+    with np.errstate(under="ignore"):
+        e = np.exp(z)
+    s = e / (1.0 + e)
+    t = np.where(np.isfinite(z), 1.0 / (1.0 + e), 0.0)
+    return s, t
+
+
 def _parts(z: FloatArray, k: int) -> dict[str, FloatArray]:
     fin = np.isfinite(z)
-    with np.errstate(over="ignore", under="ignore"):
-        s = np.where(fin, 1.0 / (1.0 + np.exp(-z)), 0.0)
-        t = np.where(fin, 1.0 / (1.0 + np.exp(z)), 0.0)  # 1 - s, exactly; 0 on masked entries
+    s, t = _sigmoids(z)
     m = fin.sum(axis=1).astype(np.float64)
     top = np.zeros(z.shape, dtype=bool)
     np.put_along_axis(top, np.argpartition(-z, k - 1, axis=1)[:, :k], True, axis=1)
@@ -64,9 +72,7 @@ def scaled_sigmoid_forward(z: FloatArray, k: int) -> Forward:
 
 
 def _factors(fwd: Forward, z: FloatArray, k: int) -> tuple[FloatArray, FloatArray, FloatArray]:
-    with np.errstate(over="ignore", under="ignore"):
-        s = np.where(np.isfinite(z), 1.0 / (1.0 + np.exp(-z)), 0.0)
-        t = np.where(np.isfinite(z), 1.0 / (1.0 + np.exp(z)), 0.0)
+    s, t = _sigmoids(z)
     first = fwd.aux["first"][:, None] > 0
     alpha = np.where(first, fwd.p * t, fwd.q * s)
     beta = np.where(first, fwd.p / fwd.aux["S"][:, None], fwd.q / fwd.aux["T"][:, None])
