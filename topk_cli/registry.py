@@ -459,7 +459,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         summary="DFTopK: sigmoid(z - m), m the midpoint of the k-th and (k+1)-th scores; O(n), does not sum to k.",
         family="sigmoid",
         guarantees=Guarantees(
-            range=True, sum=False, monotone_weak=True, monotone_strict=True,
+            range=True, sum=False, monotone_weak=True, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
             softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
         ),
@@ -470,7 +470,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         notes=(
             "At k = n every weight is 1 (no (k+1)-th score). Kinks where the k-th or (k+1)-th entry changes. "
             "The hard limit holds for distinct scores; where more than two tie at the k-th value each tends to "
-            "1/2 (x = 0,0,0, k = 1: 0.5 each, hard top-k 1/3)."
+            "1/2 (x = 0,0,0, k = 1: 0.5 each, hard top-k 1/3). Strictly monotone in exact arithmetic, not claimed: "
+            "1 - p of two scores 745 and 744.9 above the midpoint is the same subnormal float "
+            "(x = 0,-749,-741,-0.1, k = 3; verify-properties --seed 9)."
         ),
         implementation=DFTOPK,
         probe=ProbeReference("the definition by a full sort, the sigmoid in extended precision", dftopk_reference),
