@@ -174,3 +174,33 @@ def test_coordinate_descent_jacobian_at_tied_largest_scores_is_one_sided() -> No
         e = np.eye(5)[j]
         right = (st.soft_topk(x + h * e, 5, "coordinate-descent") - st.soft_topk(x, 5, "coordinate-descent")) / h
         np.testing.assert_allclose(jac[:, j], right, atol=1e-5)
+
+
+def test_gumbel_topk_refuses_a_row_whose_rounds_would_not_fit() -> None:
+    """k rounds over the row, stored for the VJP (24 n k bytes): n k above 1e7 is refused up front."""
+    with pytest.raises(st.InvalidArgumentError, match="exceeds its limit"):
+        st.soft_topk(np.zeros(20_000), 1_000, "gumbel-topk")
+    with pytest.raises(st.InvalidArgumentError, match="exceeds its limit"):
+        st.vjp(np.zeros(20_000), 1_000, np.ones(20_000), "gumbel-topk")
+    assert "O(n k)" in st.METHODS["gumbel-topk"].notes
+
+
+def test_gumbel_topk_vjp_in_row_chunks_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from topk_cli.operators import gumbel_topk as g
+
+    rng = np.random.default_rng(6)
+    x, v = rng.normal(size=(7, 9)), rng.normal(size=(7, 9))
+    whole = st.vjp(x, 3, v, "gumbel-topk", tau=0.4)
+    monkeypatch.setattr(g, "_CHUNK", 3 * 3 * 9 * 2)  # two rows per chunk
+    np.testing.assert_array_equal(st.vjp(x, 3, v, "gumbel-topk", tau=0.4), whole)
+
+
+def test_coordinate_descent_vjp_in_row_chunks_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from topk_cli.operators import coordinate_descent as cd
+
+    rng = np.random.default_rng(9)
+    x, v = rng.normal(size=(7, 9)), rng.normal(size=(7, 9))
+    x[3, :3] = x[3].max()  # a tie at the largest score: its own reverse passes
+    whole = st.vjp(x, 3, v, "coordinate-descent", tau=0.4)
+    monkeypatch.setattr(cd, "_CHUNK", 2 * (20 * 9 + 9))  # two rows per chunk
+    np.testing.assert_array_equal(st.vjp(x, 3, v, "coordinate-descent", tau=0.4), whole)

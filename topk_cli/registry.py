@@ -416,7 +416,8 @@ _SPECS: tuple[MethodSpec, ...] = (
             "not hard top-k (x = 0,-1,-2, k = 2: 1.5, 0.5, 0). noise = 1 adds Gumbel keys x / tau + G (seeded, common "
             "random numbers): a Monte Carlo mean with standard errors and pathwise derivatives; the claims are "
             "those of the default, deterministic relaxation. The article divides x + sum log(1 - a) by its "
-            "temperature: the same map at tau = 1 only."
+            "temperature: the same map at tau = 1 only. Cost O(n k) per row (k sequential rounds; the VJP "
+            "stores them): n*k above 1e7 per row is refused."
         ),
         implementation=_gumbel.GUMBEL_TOPK,
         parameters=(

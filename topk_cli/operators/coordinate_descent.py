@@ -93,7 +93,19 @@ def coordinate_descent_forward(z: FloatArray, k: int, *, iterations: int = DEFAU
         return Forward(p=np.exp(t), q=-np.expm1(t))
 
 
+#: Elements of the recorded iterations (``iterations n`` per row) one reverse pass holds at once.
+_CHUNK = 1 << 23
+
+
 def _vjp_many(z: FloatArray, k: int, v: FloatArray, iterations: int) -> FloatArray:
+    """``V dp/dz`` for ``V (B, C, n)``, rows taken in chunks that bound the recorded iterations' memory."""
+    step = max(1, _CHUNK // (iterations * z.shape[1] + v[0].size))
+    if z.shape[0] <= step:
+        return _vjp_ties(z, k, v, iterations)
+    return np.concatenate([_vjp_ties(z[i:i + step], k, v[i:i + step], iterations) for i in range(0, z.shape[0], step)])
+
+
+def _vjp_ties(z: FloatArray, k: int, v: FloatArray, iterations: int) -> FloatArray:
     """``V dp/dz`` for ``V (B, C, n)``. Where several entries tie at the largest score no derivative
     exists (the map is not shift-invariant before the centring): the entry of each of them is the
     one-sided derivative of its own increase (it becomes the largest), one reverse pass per tied entry."""

@@ -42,16 +42,23 @@ DEFAULT_SAMPLES = 100
 DEFAULT_SEED = 0
 
 
-def _rounds(w0: FloatArray, k: int) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
+def _rounds(w0: FloatArray, k: int, record: bool = True) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
     """``(a, c, ratio, tops)``: each ``(B, k, n)``, the softmax of every round, its complement ``1 - a``
     and ``ratio = a / (1 - a_top)`` off the largest entry (``e^{w_m}`` over the sum of the others than
-    the largest; 0 on it); ``tops (B, k)`` the largest entry of each round (the first at a tie)."""
+    the largest; 0 on it); ``tops (B, k)`` the largest entry of each round (the first at a tie).
+    ``record=False`` keeps one round (``O(B n)`` memory instead of ``O(B k n)``): ``a`` and ``c`` then
+    hold ``p = sum_j a_j`` and ``q = (1 - a_j*) - sum_{j != j*} a_j`` (``j*`` the round with the entry's
+    largest ``a``: no cancellation of a ``1 - a`` near 0) as single rounds, for the forward pass."""
     bsz, n = w0.shape
     rows = np.arange(bsz)
-    a_all = np.empty((bsz, k, n))
-    c_all = np.empty((bsz, k, n))
-    r_all = np.empty((bsz, k, n))
-    tops = np.empty((bsz, k), dtype=np.intp)
+    kept = k if record else 1
+    a_all = np.zeros((bsz, kept, n))
+    c_all = np.empty((bsz, kept, n))
+    r_all = np.empty((bsz, kept, n))
+    tops = np.empty((bsz, kept), dtype=np.intp)
+    if not record:
+        a_star = np.full((bsz, n), -1.0)
+        c_star = np.ones((bsz, n))
     w = w0.copy()
     for j in range(k):
         top = np.argmax(w, axis=1)
@@ -74,24 +81,22 @@ def _rounds(w0: FloatArray, k: int) -> tuple[FloatArray, FloatArray, FloatArray,
         log_c[rows, top] = lrest - big  # log(1 - a_top), exact where 1 - a_top underflows
         with np.errstate(under="ignore"):
             c = np.exp(log_c)
-        a_all[:, j], c_all[:, j], r_all[:, j], tops[:, j] = a, c, ratio, top
+        if record:
+            a_all[:, j], c_all[:, j], r_all[:, j], tops[:, j] = a, c, ratio, top
+        else:  # p and, for q, the round where the entry's a is largest (its 1 - a is then the smallest)
+            a_all[:, 0] += a
+            larger = a > a_star
+            a_star = np.where(larger, a, a_star)
+            c_star = np.where(larger, c, c_star)
         if j < k - 1:
             # the next keys relative to the second largest: the largest's is log(rest2) - big exactly
             # (- second + lrest - big), so that a gap of 1e20 does not absorb log(1 - a_top)
             w = g + log_c
             w[rows, top] = np.where(alone, 0.0, log_rest2 - big)
+    if not record:
+        p = a_all[:, 0]
+        c_all[:, 0] = c_star - (p - a_star)
     return a_all, c_all, r_all, tops
-
-
-def _weights(a_all: FloatArray, c_all: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``p = sum_j a_j`` and ``q = 1 - p`` as ``(1 - a_j*) - sum_{j != j*} a_j``, ``j*`` the round
-    with the largest ``a`` of the entry (no cancellation of a ``1 - a`` near 0)."""
-    p = a_all.sum(axis=1)
-    star = np.argmax(a_all, axis=1)[:, None, :]
-    a_star = np.take_along_axis(a_all, star, axis=1)[:, 0]
-    c_star = np.take_along_axis(c_all, star, axis=1)[:, 0]
-    q = c_star - (p - a_star)
-    return p, q
 
 
 def _vjp_rounds(a_all: FloatArray, c_all: FloatArray, r_all: FloatArray, tops: np.ndarray, v: FloatArray) -> FloatArray:
@@ -135,11 +140,11 @@ def gumbel_noise(z: FloatArray, samples: int, seed: int) -> FloatArray:
     return out
 
 
-def _noisy_rounds(z: FloatArray, k: int, samples: int, seed: int
+def _noisy_rounds(z: FloatArray, k: int, samples: int, seed: int, record: bool = True
                   ) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
     bsz, n = z.shape
     keys = (z[:, None, :] + gumbel_noise(z, samples, seed)).reshape(bsz * samples, n)
-    return _rounds(keys, k)
+    return _rounds(keys, k, record)
 
 
 def gumbel_topk_forward(z: FloatArray, k: int, *, noise: int = 0, samples: int = DEFAULT_SAMPLES,
@@ -151,17 +156,30 @@ def gumbel_topk_forward(z: FloatArray, k: int, *, noise: int = 0, samples: int =
     """
     on, samples, seed = _check_noise(noise, samples, seed)
     if not on:
-        a_all, c_all, _, _ = _rounds(z, k)
-        p, q = _weights(a_all, c_all)
-        return Forward(p=p, q=q)
+        a_all, c_all, _, _ = _rounds(z, k, record=False)
+        return Forward(p=a_all[:, 0], q=c_all[:, 0])
     bsz, n = z.shape
-    a_all, c_all, _, _ = _noisy_rounds(z, k, samples, seed)
-    ps, qs = (w.reshape(bsz, samples, n) for w in _weights(a_all, c_all))
+    a_all, c_all, _, _ = _noisy_rounds(z, k, samples, seed, record=False)
+    ps, qs = (w[:, 0].reshape(bsz, samples, n) for w in (a_all, c_all))
     se = ps.std(axis=1, ddof=1) / np.sqrt(samples) if samples > 1 else np.full((bsz, n), np.inf)
     return Forward(p=ps.mean(axis=1), q=qs.mean(axis=1), aux={"stderr": se})
 
 
+#: Elements of the stored rounds (``3 k n`` per row and sample) one reverse pass holds at once.
+_CHUNK = 1 << 23
+
+
 def _vjp_many(z: FloatArray, k: int, v: FloatArray, noise: int, samples: int, seed: int) -> FloatArray:
+    """``V dp/dz`` for ``V (B, C, n)``, rows taken in chunks that bound the stored rounds' memory."""
+    per_row = 3 * k * z.shape[1] * (samples if noise else 1) + v[0].size
+    step = max(1, _CHUNK // per_row)
+    if z.shape[0] <= step:
+        return _vjp_chunk(z, k, v, noise, samples, seed)
+    return np.concatenate([_vjp_chunk(z[i:i + step], k, v[i:i + step], noise, samples, seed)
+                           for i in range(0, z.shape[0], step)])
+
+
+def _vjp_chunk(z: FloatArray, k: int, v: FloatArray, noise: int, samples: int, seed: int) -> FloatArray:
     on, samples, seed = _check_noise(noise, samples, seed)
     if not on:
         return _vjp_rounds(*_rounds(z, k), v)
@@ -201,6 +219,9 @@ def gumbel_topk_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple
     return p.astype(np.float64), trusted
 
 
+#: ``k`` sequential rounds over the row (``O(n k)`` time; the VJP stores them, ``24 n k`` bytes per row):
+#: n k above 1e7 per row is refused before any work.
 GUMBEL_TOPK = Implementation(
     forward=gumbel_topk_forward, jacobian=gumbel_topk_jacobian, vjp=gumbel_topk_vjp, elementwise=False,
+    max_row_work=1e7,
 )
