@@ -105,7 +105,7 @@ METHOD_PARAMETERS: Mapping[str, tuple[ParamSpec, ...]] = MappingProxyType({
     ),
     "gumbel-topk": (
         ParamSpec("noise", int, 0, "1 adds Gumbel keys (a Monte Carlo mean over the samples), 0 is the deterministic relaxation", minimum=0, maximum=1),
-        ParamSpec("samples", int, 100, "Monte Carlo samples of the Gumbel keys (with noise 1)", minimum=2, maximum=1_000_000),
+        ParamSpec("samples", int, 100, "Monte Carlo samples of the Gumbel keys (with noise 1)", minimum=4, maximum=10_000_000, multiple_of=2),
         ParamSpec("seed", int, 0, "seed of the Gumbel keys (with noise 1)", minimum=0),
     ),
     "coordinate-descent": (
