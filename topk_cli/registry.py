@@ -42,6 +42,14 @@ from topk_cli.method_spec import (
     ProbeReference,
     StabilityModel,
 )
+from topk_cli.operators import gumbel_topk as _gumbel
+from topk_cli.operators.baselines import K_SOFTMAX, STRAIGHT_THROUGH, k_softmax_reference
+from topk_cli.operators.coordinate_descent import (
+    COORDINATE_DESCENT,
+    DEFAULT_ITERATIONS,
+    coordinate_descent_reference,
+)
+from topk_cli.operators.dftopk import DFTOPK, dftopk_reference
 from topk_cli.operators.grad_recursive import GRAD_RECURSIVE, grad_recursive_trace
 from topk_cli.operators.gradtopk import GRAD
 from topk_cli.operators.hard import HARD
@@ -57,6 +65,7 @@ from topk_cli.operators.potentials import (
     regularised_max,
 )
 from topk_cli.operators.projection import THRE_CLIP, THRE_CUBE, f_clip, f_cube
+from topk_cli.operators.scaled_sigmoid import SCALED_SIGMOID, scaled_sigmoid_reference
 from topk_cli.operators.sequential import ITERATIVE, WEIGHTED_SOFTMAX
 from topk_cli.operators.sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, NO_CONVERGENCE, OT_SINKHORN
 from topk_cli.operators.threshold import THRE_EXP, THRE_LAPLACE
@@ -389,6 +398,147 @@ _SPECS: tuple[MethodSpec, ...] = (
         implementation=TOPK_SOFTMAX,
         probe=ProbeReference("the closed form by a full sort and softmax in extended precision", topk_softmax_reference),
     ),
+    MethodSpec(
+        name="gumbel-topk",
+        summary="Relaxed subset sampling (Xie & Ermon 2019): k rounds of a = softmax(w), w += log(1 - a); p = sum a.",
+        family="iterative",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=True, monotone_strict=True,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
+        ),
+        reference=(
+            "Xie & Ermon, IJCAI 2019, 'Reparameterizable subset sampling via continuous relaxations' "
+            "(log-weights x / tau, relaxation temperature 1)."
+        ),
+        notes=(
+            "log(1 - a) in log space, without the floor public code clips 1 - a at (which changes the map once a "
+            "key leads by ~87). Entries can exceed 1 (x = 0,-1,-2, k = 3: 1.52, 1, 0.48), and its tau -> 0 limit is "
+            "not hard top-k (x = 0,-1,-2, k = 2: 1.5, 0.5, 0). noise = 1 adds Gumbel keys x / tau + G (seeded, common "
+            "random numbers): a Monte Carlo mean with standard errors and pathwise derivatives; the claims are "
+            "those of the default, deterministic relaxation. The article divides x + sum log(1 - a) by its "
+            "temperature: the same map at tau = 1 only. Cost O(n k) per row (k sequential rounds; the VJP "
+            "stores them): n*k above 1e7 per row is refused."
+        ),
+        implementation=_gumbel.GUMBEL_TOPK,
+        parameters=(
+            *METHOD_PARAMETERS["gumbel-topk"],
+        ),
+        probe=ProbeReference(_SEQUENTIAL_REFERENCE, _gumbel.gumbel_topk_reference),
+        aliases=(
+            Alias("subsets", "Xie & Ermon (IJCAI 2019), 'Reparameterizable subset sampling via continuous relaxations'"),
+        ),
+    ),
+    MethodSpec(
+        name="coordinate-descent",
+        summary="CoLT5's soft top-k: a fixed number of dual coordinate-descent steps towards thre-exp.",
+        family="threshold",
+        guarantees=Guarantees(
+            range=True, sum=False, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "Ainslie et al. 2023, 'CoLT5: faster long-range transformers with conditional computation'; "
+            "coor_descent of lucidrains/CoLT5-attention (eps = tau, n_iters = iterations, no eps-scaling)."
+        ),
+        notes=(
+            "= coor_descent(x - max x, eps = tau): the public code on raw scores also depends on their offset. "
+            "Tends to thre-exp as iterations grow, slowly at small tau: at the default 20 the sum misses k and "
+            "the tau -> 0 limit is not hard top-k (x = 1,2,0, k = 2, tau = 1e-3: 0, 1, 0; README: measured table)."
+        ),
+        implementation=COORDINATE_DESCENT,
+        parameters=(
+            *METHOD_PARAMETERS["coordinate-descent"],
+        ),
+        probe=ProbeReference("the public update run in extended precision (np.longdouble)", coordinate_descent_reference),
+        aliases=(
+            Alias("colt5", "the coordinate-descent router of CoLT5 (Ainslie et al. 2023), coor_descent in lucidrains/CoLT5-attention"),
+        ),
+    ),
+    MethodSpec(
+        name="dftopk",
+        summary="DFTopK: sigmoid(z - m), m the midpoint of the k-th and (k+1)-th scores; O(n), does not sum to k.",
+        family="sigmoid",
+        guarantees=Guarantees(
+            range=True, sum=False, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "Zhu et al. 2025, 'Differentiable fast top-k selection for large-scale recommendation' (DFTopK); "
+            "the authors' DFTopK.py computes the same threshold."
+        ),
+        notes=(
+            "At k = n every weight is 1 (no (k+1)-th score). Kinks where the k-th or (k+1)-th entry changes. "
+            "The hard limit holds for distinct scores; where more than two tie at the k-th value each tends to "
+            "1/2 (x = 0,0,0, k = 1: 0.5 each, hard top-k 1/3). Strictly monotone in exact arithmetic, not claimed: "
+            "1 - p of two scores 745 and 744.9 above the midpoint is the same subnormal float "
+            "(x = 0,-749,-741,-0.1, k = 3; verify-properties --seed 9)."
+        ),
+        implementation=DFTOPK,
+        probe=ProbeReference("the definition by a full sort, the sigmoid in extended precision", dftopk_reference),
+    ),
+    MethodSpec(
+        name="scaled-sigmoid",
+        summary="k sigmoid(z) / sum sigmoid(z), or its complementary form when that sum is below k: sums to k, no solve.",
+        family="sigmoid",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "scaled_sigmoid of public code citing Pervez et al. 2023, 'Neural conditional Poisson sampling': "
+            "k s / S when k <= S, else 1 - (n - k)(1 - s) / (n - S)."
+        ),
+        notes=(
+            "Computed on z = (x - max x) / tau: shift-invariant through that centring (the public code, on raw "
+            "logits, is not). The derivative jumps where sum sigmoid(z) crosses k."
+        ),
+        implementation=SCALED_SIGMOID,
+        probe=ProbeReference("the public formula in extended precision, rows with |S - k| > 1e-9", scaled_sigmoid_reference),
+    ),
+    MethodSpec(
+        name="k-softmax",
+        summary="k * softmax(z): the naive router baseline; sums to k but entries exceed 1.",
+        family="scaled-softmax",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=True, monotone_strict=True,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
+        ),
+        reference="k times the softmax (Bridle 1990): the scaled gate of mixture-of-experts routers.",
+        notes="Its tau -> 0 limit is k on the largest entry. At k = 1 it is softmax (alias 'softmax': at k >= 2 it gives k * softmax).",
+        implementation=K_SOFTMAX,
+        probe=ProbeReference("k softmax(z) in extended precision", k_softmax_reference),
+        aliases=(
+            Alias("softmax", "softmax itself at k = 1 (Bridle 1990); for k >= 2 the same name gives k * softmax"),
+        ),
+    ),
+    MethodSpec(
+        name="straight-through",
+        summary="Straight-through hard top-k: hard forward, thre-sigmoid's Jacobian and VJP backward.",
+        family="surrogate-gradient",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=False, finite=True, smoothness="discontinuous",
+            sparse=True,
+        ),
+        reference=(
+            "The straight-through estimator (Bengio, Leonard & Courville 2013, 'Estimating or propagating "
+            "gradients through stochastic neurons'), with thre-sigmoid's derivative."
+        ),
+        notes=(
+            "Its Jacobian is thre-sigmoid's at the same tau, not the derivative of the forward (0 wherever it "
+            "exists): verify-properties' finite-difference check measures 'no'. Hard at every tau, so a "
+            "target hardness below 1 is unreachable in train-probe; compare it at fixed --taus."
+        ),
+        implementation=STRAIGHT_THROUGH,
+        capabilities=Capabilities(probe_default=False),
+        probe=ProbeReference("none: the forward is hard top-k, exact by construction"),
+    ),
 )
 
 #: Every method, by CLI name, in a stable order.
@@ -428,6 +578,8 @@ def _check_registry() -> None:
     operator_defaults = {
         ("ot-sinkhorn", "max_iter"): DEFAULT_MAX_ITER, ("ot-sinkhorn", "tol"): DEFAULT_TOL,
         ("perturbed", "samples"): DEFAULT_SAMPLES, ("perturbed", "seed"): DEFAULT_SEED,
+        ("gumbel-topk", "samples"): _gumbel.DEFAULT_SAMPLES, ("gumbel-topk", "seed"): _gumbel.DEFAULT_SEED,
+        ("coordinate-descent", "iterations"): DEFAULT_ITERATIONS,
     }
     for (method, name), value in operator_defaults.items():
         if next(p.default for p in METHODS[method].parameters if p.name == name) != value:
