@@ -90,6 +90,7 @@ INPUT_FORMAT_ALIASES: dict[str, str] = {"tab": "tsv", "ndjson": "jsonl", "txt": 
 METHOD_NAMES: tuple[str, ...] = (
     "hard", "iterative", "weighted-softmax", "grad", "grad-recursive", "thre-exp", "thre-sigmoid",
     "thre-laplace", "thre-clip", "thre-cube", "ot-sinkhorn", "perturbed", "topk-softmax",
+    "neuralsort", "softsort", "sorting-network",
 )
 
 #: The extra parameters of each method that has any (the registry's ``MethodSpec.parameters``).
