@@ -412,7 +412,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         ),
         notes=(
             "Rows of P sum to 1, columns do not: sum p = k, but a weight can exceed 1 and k = n is not all ones "
-            "(x = 0,-1,-2, k = 3: p = 0.932, 1.074, 0.994). C0: |s_j - s_l| has kinks where entries cross. "
+            "(x = 0,-1,-2, k = 3: p = 0.947, 1.107, 0.947). C0: |s_j - s_l| has kinks where entries cross. "
             f"Memory O(k n) per row; k*n above {MAX_ROW_ENTRIES} (2^25) is refused."
         ),
         implementation=NEURALSORT,

@@ -10,7 +10,7 @@ if they were absent, so ``n`` is the number of unmasked entries) and get weight 
 * ``neuralsort`` (Grover, Wang, Zweig & Ermon, ICLR 2019, "Stochastic optimization of sorting
   networks via continuous relaxations"): ``P[i, :] = softmax((n + 1 - 2i) s - A_s 1)``, ``i`` from
   1, ``A_s[j, l] = |s_j - s_l|``, on ``s = z``. Each row sums to 1 (so ``sum p = k``) but the
-  columns do not: a weight can exceed 1 (``x = 0, -1, -2``, ``k = 3``: ``p_2 = 1.07``), and
+  columns do not: a weight can exceed 1 (``x = 0, -1, -2``, ``k = 3``: ``p = 0.947, 1.107, 0.947``), and
   ``k = n`` does not give all ones. Computed in sorted coordinates: the logit of row ``i`` at the
   entry of rank ``r`` minus its value at rank ``i`` is minus a sum of the gaps
   ``g_t = s_(t) - s_(t+1)`` weighted by ``|2 (t - i) + 1|`` (``t`` between ``i`` and ``r``), a sum
@@ -473,7 +473,7 @@ def neuralsort_weights(z: FloatArray, k: int) -> FloatArray:
     """NeuralSort's top-k weights of a prepared batch.
 
     >>> np.round(neuralsort_weights(np.array([[0.0, -1.0, -2.0]]), 3), 4)
-    array([[0.9324, 1.0736, 0.9941]])
+    array([[0.9466, 1.1069, 0.9466]])
     """
     return NEURALSORT.forward(z, k).p
 
