@@ -287,5 +287,5 @@ def test_rows_above_the_memory_limit_are_refused_before_any_work() -> None:
 def test_the_cli_refuses_with_one_line() -> None:
     from conftest import run_cli
 
-    code, out, err = run_cli("compute", "-m", "sorting-network", "-k", "1", "--values", ",".join(["0"] * 8193))
+    code, _, err = run_cli("compute", "-m", "sorting-network", "-k", "1", "--values", ",".join(["0"] * 8193))
     assert code != 0 and "limit of 33554432" in err and "Traceback" not in err
