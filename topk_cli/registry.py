@@ -475,7 +475,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             sorting_network_reference,
         ),
         aliases=(
-            Alias("diffsort", "diffsort / DiffSortNet (Felix-Petersen/diffsort), 'odd_even' network with the logistic distribution"),
+            Alias("diffsort", "diffsort's DiffSortNet (Petersen et al., ICML 2021; Felix-Petersen/diffsort), 'odd_even' network with the logistic distribution"),
         ),
     ),
 )
