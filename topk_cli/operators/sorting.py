@@ -74,6 +74,7 @@ JacCore = Callable[[FloatArray, int], FloatArray]
 
 
 def _row_entries(method: str, m: int, k: int) -> int:
+    """Entries of the relaxed permutation (or comparator states) one row needs (the limit's measure)."""
     return m * (m - 1) // 2 if method == "sorting-network" else k * m
 
 
@@ -125,7 +126,7 @@ def _run(method: str, core: Core, z: FloatArray, k: int, v: FloatArray | None) -
     for rows, cols in _finite_groups(z):
         m = n if cols is None else cols.shape[1]
         _check_size(method, m, k)
-        per_row = _row_entries(method, m, k) * (1 + cols_c) + m
+        per_row = _row_entries(method, m, k) * (1 if v is None else 2 + cols_c) + m
         for part in _chunks(rows.size, per_row):
             r = rows[part]
             if cols is None:
@@ -348,76 +349,99 @@ def _layers(m: int) -> list[tuple[int, int]]:
     return [(layer % 2, (m - layer % 2) // 2) for layer in range(m)]
 
 
-def _sigmoids(d: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(sigmoid(d), sigmoid(-d))``, each accurate (no ``1 - alpha`` by subtraction)."""
-    with np.errstate(under="ignore"):
-        e = np.exp(-np.abs(d))
-    r = 1.0 / (1.0 + e)
-    er = e * r
-    pos = d >= 0
-    return np.where(pos, r, er), np.where(pos, er, r)
+def _sigmoid_into(d: FloatArray, out: FloatArray) -> FloatArray:
+    """``sigmoid(d) = 1 / (1 + exp(-d))`` into ``out`` (``exp`` overflows to inf for ``d < -709``,
+    giving exactly 0; relatively accurate everywhere: no ``1 - sigmoid`` by subtraction)."""
+    np.negative(d, out=out)
+    np.exp(out, out=out)
+    out += 1.0
+    return np.reciprocal(out, out=out)
+
+
+def _split_wires(a: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The even and the odd wires (last axis) as two contiguous arrays: every layer of the
+    odd-even network compares a contiguous run of one with a contiguous run of the other."""
+    return np.ascontiguousarray(a[..., 0::2]), np.ascontiguousarray(a[..., 1::2])
+
+
+def _join_wires(even: FloatArray, odd: FloatArray) -> FloatArray:
+    out = np.empty((*even.shape[:-1], even.shape[-1] + odd.shape[-1]))
+    out[..., 0::2] = even
+    out[..., 1::2] = odd
+    return out
 
 
 def _network_core(z: FloatArray, k: int, v: FloatArray | None) -> tuple[FloatArray, FloatArray, FloatArray | None]:
     """Forward ``p = M_1 ... M_L c`` (and ``q`` with ``1 - c``); with cotangents ``v``, their VJP.
 
     Pass 1 runs the relaxed values (and ``w = M_l ... M_1 v``) through the layers, storing each
-    comparator's difference ``d = z_b - z_a`` (and ``w_a - w_b``). Pass 2 runs back: ``u = M_{l+1}
-    ... M_L c``, and ``g``, the derivative with respect to the values entering each layer:
-    ``dL/dalpha = (w_a - w_b)(u_a - u_b) - (g_a - g_b) d`` for ``L = v . p``.
+    comparator's ``beta = 1 - alpha = sigmoid(z_a - z_b)`` (and, for the VJP, ``d = z_b - z_a`` and
+    ``w_a - w_b``). Pass 2 runs back: ``u = M_{l+1} ... M_L c``, and ``g``, the derivative with
+    respect to the values entering each layer: ``dL/dalpha = (w_a - w_b)(u_a - u_b) - (g_a - g_b) d``
+    for ``L = v . p``. Every mix is written as a transfer, ``a + beta (b - a)``, so that a
+    comparator that barely acts changes its wires by exactly what it should. The wires are kept as
+    two contiguous arrays (even, odd): layer ``l`` compares even ``t`` with odd ``t`` (``l`` even)
+    or odd ``t`` with even ``t + 1`` (``l`` odd).
     """
     b, m = z.shape
-    x = z.copy()
-    w = None if v is None else v.copy()
+    xs = _split_wires(z)
+    ws = None if v is None else _split_wires(v)
     layers = _layers(m)
+    sides = [(0, slice(0, h), 1, slice(0, h)) if start == 0 else (1, slice(0, h), 0, slice(1, 1 + h))
+             for start, h in layers]
+    betas: list[FloatArray] = []
     ds: list[FloatArray] = []
     wds: list[FloatArray] = []
-    for start, h in layers:
-        if h == 0:
-            ds.append(np.zeros((b, 0)))
-            if w is not None:
-                wds.append(np.zeros((b, w.shape[1], 0)))
-            continue
-        ia, ib = slice(start, start + 2 * h, 2), slice(start + 1, start + 2 * h, 2)
-        d = x[:, ib] - x[:, ia]
-        _, beta = _sigmoids(d)
-        t = beta * d  # min = a + beta d, max = b - beta d
-        x[:, ia] += t
-        x[:, ib] -= t
-        ds.append(d)
-        if w is not None:
-            wd = w[:, :, ia] - w[:, :, ib]
-            wds.append(wd)
-            tw = beta[:, None, :] * wd
-            w[:, :, ia] -= tw
-            w[:, :, ib] += tw
-    u = np.zeros((b, m))
-    u[:, m - k:] = 1.0
-    uq = 1.0 - u
-    g = None if v is None else np.zeros(v.shape)
-    for layer in range(len(layers) - 1, -1, -1):
-        start, h = layers[layer]
-        if h == 0:
-            continue
-        ia, ib = slice(start, start + 2 * h, 2), slice(start + 1, start + 2 * h, 2)
-        d = ds[layer]
-        alpha, beta = _sigmoids(d)
-        ud = u[:, ia] - u[:, ib]
-        if g is not None:
-            ab = alpha * beta
-            dab = d * ab  # bounded (|d| e^-|d|): no inf * 0 when |d| is huge
-            gd = g[:, :, ia] - g[:, :, ib]
-            grad_alpha = wds[layer] * (ud * ab)[:, None, :] - gd * dab[:, None, :]
-            tg = beta[:, None, :] * gd
-            g[:, :, ia] -= grad_alpha + tg  # d alpha / d x_a = -alpha beta
-            g[:, :, ib] += grad_alpha + tg
-        tu = beta * ud
-        u[:, ia] -= tu
-        u[:, ib] += tu
-        tq = beta * (uq[:, ia] - uq[:, ib])
-        uq[:, ia] -= tq
-        uq[:, ib] += tq
-    return u, uq, g
+    with np.errstate(over="ignore", under="ignore"):  # exp(+-d) beyond the range: sigmoid 0 or 1, exactly
+        for sa, ia, sb, ib in sides:
+            xa, xb = xs[sa][:, ia], xs[sb][:, ib]
+            d = np.subtract(xb, xa)
+            beta = _sigmoid_into(-d, np.empty_like(d))  # the weight moving to the other wire
+            betas.append(beta)
+            if ws is not None:
+                ds.append(d)
+                wa, wb = ws[sa][:, :, ia], ws[sb][:, :, ib]
+                wd = np.subtract(wa, wb)
+                wds.append(wd)
+                tw = beta[:, None, :] * wd
+                wa -= tw
+                wb += tw
+                t = beta * d
+            else:
+                t = np.multiply(d, beta, out=d)
+            xa += t  # min = a + beta d
+            xb -= t  # max = b - beta d
+        top = np.zeros((b, m))
+        top[:, m - k:] = 1.0
+        us = _split_wires(top)
+        qs = _split_wires(1.0 - top)
+        gs = None if ws is None else (np.zeros(ws[0].shape), np.zeros(ws[1].shape))
+        for layer in range(len(layers) - 1, -1, -1):
+            sa, ia, sb, ib = sides[layer]
+            beta = betas[layer]
+            ua, ub = us[sa][:, ia], us[sb][:, ib]
+            ud = np.subtract(ua, ub)
+            if gs is not None:
+                d = ds[layer]
+                alpha = _sigmoid_into(d, np.empty_like(d))
+                ab = alpha * beta
+                dab = d * ab  # bounded (|d| e^-|d|): no inf * 0 when |d| is huge
+                ga, gb = gs[sa][:, :, ia], gs[sb][:, :, ib]
+                gd = ga - gb
+                grad_alpha = wds[layer] * (ud * ab)[:, None, :] - gd * dab[:, None, :]
+                grad_alpha += beta[:, None, :] * gd
+                ga -= grad_alpha  # d alpha / d x_a = -alpha beta, and the transfer beta (g_b - g_a)
+                gb += grad_alpha
+            ud *= beta
+            ua -= ud
+            ub += ud
+            qa, qb = qs[sa][:, ia], qs[sb][:, ib]
+            tq = np.subtract(qa, qb)
+            tq *= beta
+            qa -= tq
+            qb += tq
+    g = None if gs is None else _join_wires(*gs)
+    return _join_wires(*us), _join_wires(*qs), g
 
 
 def _network_jac(z: FloatArray, k: int) -> FloatArray:
