@@ -185,26 +185,26 @@ def test_hard_limit(method: str) -> None:
 
 
 @functools.cache
-def _fd(method: str, x: tuple[float, ...], k: int, tau: float, one_sided: bool) -> np.ndarray:
-    """``dp/dx`` of the mpmath reference: central differences, or right-sided (the derivative as
-    each ``x_j`` increases) where the library takes that side at a tie."""
+def _fd(method: str, x: tuple[float, ...], k: int, tau: float, side: int = 0) -> np.ndarray:
+    """``dp/dx`` of the mpmath reference: central differences (``side`` 0), or one-sided, as each
+    ``x_j`` increases (``side`` 1) or decreases (``side`` -1)."""
     from mpmath import mp, mpf
 
     fn = rs.REFERENCES[method]
-    if not one_sided:
+    if not side:
         jac = ref.jacobian_fd(fn, list(x), k, tau)
         return np.array([[float(v) for v in row] for row in jac])
     with mp.workdps(90):
         xs = [mpf(v) for v in x]
-        h = mpf(10) ** -30
+        h = side * mpf(10) ** -30
         base = fn(xs, k, tau, dps=90)
         out = np.zeros((len(x), len(x)))
         for j in range(len(x)):
-            up = list(xs)
-            up[j] += h
-            pu = fn(up, k, tau, dps=90)
+            moved = list(xs)
+            moved[j] += h
+            pm = fn(moved, k, tau, dps=90)
             for i in range(len(x)):
-                out[i, j] = float((pu[i] - base[i]) / h)
+                out[i, j] = float((pm[i] - base[i]) / h)
         return out
 
 
@@ -224,21 +224,47 @@ def _jac_cases() -> list[tuple[str, tuple[float, ...], int, float]]:
 def test_jacobian_against_finite_differences_of_the_reference(method: str, case: tuple) -> None:
     _, x, k, tau = case
     got = st.jacobian(np.array(x), k, method, tau=tau)
-    want = _fd(method, x, k, tau, False)
+    want = _fd(method, x, k, tau)
     assert np.max(np.abs(got - want)) <= 1e-10 * max(1.0, np.abs(want).max())
 
 
+TIED = [((1.0, 0.5, 1.0, -0.3), 1), ((1.0, 0.5, 1.0, -0.3), 2), ((0.0, -0.7, -2.0, -0.7), 2),
+         ((0.4, 0.4), 1), ((1.0, 0.5, 1.0, 0.5, 0.0), 4), ((0.2, -1.0, 0.2, 1.0), 3)]
+
+
 @pytest.mark.parametrize("method", ["neuralsort", "softsort"])
-def test_jacobian_at_ties_is_the_right_sided_derivative(method: str) -> None:
-    """|.| has kinks at ties: column j is the derivative as x_j increases (x_j above its ties)."""
+def test_jacobian_at_a_tie_is_one_sided_per_column(method: str) -> None:
+    """|.| has kinks at ties; ties are broken by rank: of a tied pair, the earlier entry's column is
+    the derivative as it increases, the later one's as it decreases (the smooth branch where the
+    earlier entry ranks first)."""
     checked = 0
-    for x, k in [((1.0, 0.5, 1.0, -0.3), 1), ((1.0, 0.5, 1.0, -0.3), 2), ((0.2, 0.2, 0.2, 1.0, -1.0), 3),
-                 ((0.0, -0.7, -0.7, -2.0, -0.7), 2), ((0.4, 0.4), 1), ((1.0, 0.5, 1.0, 0.5, 0.0), 4)]:
+    for x, k in TIED:
         got = st.jacobian(np.array(x), k, method, tau=0.6)
-        want = _fd(method, x, k, 0.6, True)
+        right, left = _fd(method, x, k, 0.6, 1), _fd(method, x, k, 0.6, -1)
+        for j, value in enumerate(x):
+            later = any(x[i] == value for i in range(j))  # an earlier entry ties with it
+            want = left[:, j] if later else right[:, j]
+            assert np.max(np.abs(got[:, j] - want)) <= 1e-10 * max(1.0, np.abs(want).max()), (x, k, j)
+            checked += 1
+    assert checked == 23
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_derivatives_along_directions_that_keep_ties_are_exact(method: str) -> None:
+    """d/dtau keeps tied entries tied: exact for every method at ties (the network's tied weights
+    are averaged, and so are its derivatives), against central differences of the reference."""
+    from mpmath import mp, mpf
+
+    for x, k in TIED:
+        z = np.array(x) - max(x)
+        got = st.jacobian(np.array(x), k, method, tau=0.6, wrt="tau")
+        with mp.workdps(90):
+            h = mpf(10) ** -30
+            up = rs.REFERENCES[method](list(x), k, mpf("0.6") + h, dps=90)
+            down = rs.REFERENCES[method](list(x), k, mpf("0.6") - h, dps=90)
+            want = np.array([float((u - d) / (2 * h)) for u, d in zip(up, down, strict=True)])
+        want = _tie_averaged(z, want)
         assert np.max(np.abs(got - want)) <= 1e-10 * max(1.0, np.abs(want).max()), (x, k)
-        checked += 1
-    assert checked == 6
 
 
 @pytest.mark.parametrize("method", METHODS)

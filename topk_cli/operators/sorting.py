@@ -40,8 +40,15 @@ chunks of at most :data:`CHUNK_ENTRIES` entries per working array.
 Derivatives are exact, written by hand (no autodiff): the VJP of NeuralSort and SoftSort in
 ``O(k n)`` per cotangent, their Jacobians in ``O(k n^2)``; the network's VJP by one forward pass
 of the cotangent through the layers and one backward pass through the comparators (``O(n^2)``),
-its Jacobian as ``n`` such cotangents. Where ``|.|`` has a kink (exact ties), ``sign(0) = 0`` and,
-for SoftSort's ``sort(s)_i``, the derivative is shared equally by the tied entries.
+its Jacobian as ``n`` such cotangents. At exact ties ``|s_j - s_l|`` and ``sort(s)`` have kinks
+(NeuralSort and SoftSort are C0 there): ties are broken by rank, i.e. the derivatives are those
+of the smooth branch where the tied entries are ordered as the stable sort orders them (earlier
+position first). That makes them exact along every direction that keeps the tied entries tied
+(``d/dtau``, shifts), and for a pair of tied entries each column is a one-sided derivative (the
+earlier entry's as it increases, the later one's as it decreases); for the middle entries of a
+tie of three or more it is the branch's, which neither one-sided derivative equals. The network
+gives tied entries different weights, which the API averages (equal inputs, equal outputs): its
+derivatives are those of the averaged weights.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from topk_cli.errors import InvalidArgumentError
-from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators._base import FloatArray, Forward, Implementation, average_ties
 from topk_cli.references import BoolArray, ReferenceContext
 
 IntArray = NDArray[np.intp]
@@ -181,20 +188,6 @@ def _sorted(z: FloatArray) -> tuple[IntArray, FloatArray, IntArray]:
     return order, s, inverse
 
 
-def _tie_bounds(s: FloatArray) -> tuple[IntArray, IntArray]:
-    """For rows sorted decreasingly: per position, the first position of its group of equal values
-    and one past its last."""
-    b, m = s.shape
-    idx = np.broadcast_to(np.arange(m), (b, m))
-    new = np.ones((b, m), dtype=bool)
-    new[:, 1:] = s[:, 1:] != s[:, :-1]
-    start = np.maximum.accumulate(np.where(new, idx, 0), axis=1)
-    last = np.ones((b, m), dtype=bool)
-    last[:, :-1] = new[:, 1:]
-    end = np.minimum.accumulate(np.where(last, idx + 1, m)[:, ::-1], axis=1)[:, ::-1]
-    return start, end
-
-
 def _unsort(a: FloatArray, inverse: IntArray) -> FloatArray:
     """Sorted coordinates back to the row's order along the last axis (``a (b, ..., m)``)."""
     idx = inverse.reshape(inverse.shape[0], *([1] * (a.ndim - 2)), inverse.shape[1])
@@ -250,39 +243,34 @@ def _neuralsort_core(z: FloatArray, k: int, v: FloatArray | None) -> tuple[Float
     ysum = Y.sum(axis=2)
     c = (m - 1 - 2 * np.arange(k)).astype(np.float64)  # (n + 1 - 2i) with i from 1
     yc = np.einsum("bcir,i->bcr", Y, c)
-    start, _ = _tie_bounds(s)
-    # one-sided at ties: entry q counted above the entries tied with it (the derivative as x_q increases)
-    sigma = (m - 1 - 2 * start).astype(np.float64)  # sum_l sign(s_q - s_l)
+    # ties are broken by rank (see the module docstring): sign(s_q - s_l) = sign(l - q) on ranks
+    sigma = (m - 1 - 2 * np.arange(m)).astype(np.float64)  # sum_l sign(s_q - s_l)
     cs = np.zeros((*ysum.shape[:2], m + 1))
     np.cumsum(ysum, axis=2, out=cs[:, :, 1:])
-    above = np.take_along_axis(cs, np.broadcast_to(start[:, None, :], ysum.shape), axis=2)
+    above = cs[:, :, :m]
     below = cs[:, :, m:] - above - ysum
-    gs = yc - sigma[:, None, :] * ysum + above - below
+    gs = yc - sigma * ysum + above - below
     return p, 1.0 - p, _unsort(gs, inverse)
 
 
 def _neuralsort_jac(z: FloatArray, k: int) -> FloatArray:
     """``dp/dz`` (b, m, m): ``J[j, q] = [j = q] sum_i P_ij (c_i - sigma_j) + sum_i P_ij sign(s_j - s_q)
-    - sum_i P_ij D_iq`` with ``D_iq = P_iq (c_i - sigma_q) + sum_l P_il sign(s_l - s_q)``; at a tie,
-    column q is the derivative as ``x_q`` increases (q above the entries tied with it)."""
+    - sum_i P_ij D_iq`` with ``D_iq = P_iq (c_i - sigma_q) + sum_l P_il sign(s_l - s_q)``, signs on
+    ranks (ties broken by rank)."""
     _, m = z.shape
     _, s, inverse = _sorted(z)
     P = _softmax_rows(_neuralsort_logits(s, k))  # (b, k, m)
     c = (m - 1 - 2 * np.arange(k)).astype(np.float64)
-    start, _ = _tie_bounds(s)
-    sigma = (m - 1 - 2 * start).astype(np.float64)
+    idx = np.arange(m)
+    sigma = (m - 1 - 2 * idx).astype(np.float64)
     cs = np.zeros((*P.shape[:2], m + 1))
     np.cumsum(P, axis=2, out=cs[:, :, 1:])
-    above = np.take_along_axis(cs, np.broadcast_to(start[:, None, :], P.shape), axis=2)
+    above = cs[:, :, :m]
     below = cs[:, :, m:] - above - P
-    D = P * (c[None, :, None] - sigma[:, None, :]) + above - below  # (b, k, m)
-    diff = s[:, :, None] - s[:, None, :]
-    sign = np.sign(diff)  # sign(s_j - s_q); a tie counts q above j
-    sign[diff == 0] = -1.0
-    idx = np.arange(m)
-    sign[:, idx, idx] = 0.0
-    js = sign * P.sum(axis=1)[:, :, None] - np.einsum("bij,biq->bjq", P, D)
-    js[:, idx, idx] += np.einsum("bij,bij->bj", P, c[None, :, None] - sigma[:, None, :])
+    D = P * (c[None, :, None] - sigma[None, None, :]) + above - below  # (b, k, m)
+    sign = np.sign(idx[None, :] - idx[:, None]).astype(np.float64)  # sign(s_j - s_q) = sign(q - j) on ranks
+    js = sign[None] * P.sum(axis=1)[:, :, None] - np.einsum("bij,biq->bjq", P, D)
+    js[:, idx, idx] += np.einsum("bij,bij->bj", P, c[None, :, None] - sigma[None, None, :])
     return _unsort(_unsort(js, inverse).swapaxes(1, 2), inverse).swapaxes(1, 2)
 
 
@@ -291,25 +279,19 @@ def _neuralsort_jac(z: FloatArray, k: int) -> FloatArray:
 
 
 def _softsort_parts(s: FloatArray, k: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """``(P, S, T, A, R)`` in sorted coordinates, each ``(b, k, m)`` but ``R (b, k)``, for the first
-    k rows of SoftSort's matrix ``P``, with ``S = sign(s_i - s_r)`` (0 at ties).
-
-    At a tie the derivatives are one-sided: column q is the derivative as ``x_q`` increases, so q
-    is ranked first of its group of equal values. Then the anchor ``sort(s)_i`` moves with ``s_q``
-    exactly for ``i`` the group's first rank (``A[i, q] = 1``), the other anchors of the group
-    lie below ``s_q`` (``T = S - 1`` there, ``T = S`` elsewhere), and the anchored row counts the
-    other tied entries below ``s_q``: ``R_i = sum_r P_ir (S_ir + E_ir)``, ``E_ir = 1`` where
-    ``s_r`` equals the anchor."""
-    diff = s[:, :k, None] - s[:, None, :]
-    P = _softmax_rows(-np.abs(diff))
-    S = np.sign(diff)
-    start, end = _tie_bounds(s)
-    i = np.arange(k)[None, :, None]
-    T = S - ((i > start[:, None, :]) & (i < end[:, None, :]))
-    A = (i == start[:, None, :]).astype(np.float64)
-    E = diff == 0
-    R = np.einsum("bir,bir->bi", P, S + E)
-    return P, S, T, A, R
+    """``(P, S, T, A, R)`` in sorted coordinates, each ``(b, k, m)`` but ``R (b, k)``: the first k rows
+    of SoftSort's matrix ``P``; ``S = sign(s_i - s_r)``, ``A[i, q]`` the derivative of the anchor
+    ``sort(s)_i`` in ``s_q``, ``T`` (``S``) and ``R_i = sum_r P_ir (S_ir + [r = i])`` for the
+    Jacobian below. Ties are broken by rank (see the module docstring): ``S = sign(r - i)``,
+    ``A = [q = i]``."""
+    _, m = s.shape
+    P = _softmax_rows(-np.abs(s[:, :k, None] - s[:, None, :]))
+    i = np.arange(k)[:, None]
+    r = np.arange(m)[None, :]
+    S = np.broadcast_to(np.sign(r - i).astype(np.float64), P.shape)
+    A = np.broadcast_to((r == i).astype(np.float64), P.shape)
+    R = np.einsum("bir,bir->bi", P, S + A)
+    return P, S, S, A, R
 
 
 def _softsort_core(z: FloatArray, k: int, v: FloatArray | None) -> tuple[FloatArray, FloatArray, FloatArray | None]:
@@ -320,21 +302,19 @@ def _softsort_core(z: FloatArray, k: int, v: FloatArray | None) -> tuple[FloatAr
         return p, 1.0 - p, None
     vs = np.take_along_axis(v, np.broadcast_to(order[:, None, :], v.shape), axis=2)
     Y = _softmax_vjp_terms(P, vs)  # (b, C, k, m)
-    E = (s[:, :k, None] == s[:, None, :])
-    hplus = np.einsum("bcr,bir->bci", vs, P * (R[:, :, None] - S - E))
+    hplus = np.einsum("bcr,bir->bci", vs, P * (R[:, :, None] - S - A))
     gs = np.einsum("bciq,biq->bcq", Y, T + A) + np.einsum("bci,biq->bcq", hplus, A)
     return p, 1.0 - p, _unsort(gs, inverse)
 
 
 def _softsort_jac(z: FloatArray, k: int) -> FloatArray:
-    """``J = diag(sum_i P_iq (T_iq + A_iq)) - P^T (P o (T + A)) + (P o (R - S - E))^T A`` in sorted
-    coordinates (see :func:`_softsort_parts`; without ties ``T = S``, ``A`` the anchor indicator)."""
+    """``J = diag(sum_i P_iq (T_iq + A_iq)) - P^T (P o (T + A)) + (P o (R - S - A))^T A`` in sorted
+    coordinates (see :func:`_softsort_parts`)."""
     _, m = z.shape
     _, s, inverse = _sorted(z)
     P, S, T, A, R = _softsort_parts(s, k)
-    E = (s[:, :k, None] == s[:, None, :])
     TA = T + A
-    js = np.einsum("bij,biq->bjq", P * (R[:, :, None] - S - E), A) - np.einsum("bij,biq->bjq", P, P * TA)
+    js = np.einsum("bij,biq->bjq", P * (R[:, :, None] - S - A), A) - np.einsum("bij,biq->bjq", P, P * TA)
     idx = np.arange(m)
     js[:, idx, idx] += np.einsum("biq,biq->bq", P, TA)
     return _unsort(_unsort(js, inverse).swapaxes(1, 2), inverse).swapaxes(1, 2)
@@ -463,23 +443,30 @@ def _network_jac(z: FloatArray, k: int) -> FloatArray:
 # implementations
 
 
-def _implementation(method: str, core: Core, jac: JacCore) -> Implementation:
+def _implementation(method: str, core: Core, jac: JacCore, *, tied_outputs_averaged: bool = False) -> Implementation:
+    """``tied_outputs_averaged``: the method gives exactly tied entries different weights, which the
+    API averages (equal inputs, equal outputs); the derivatives are then those of the averaged
+    weights (rows of the Jacobian averaged over each tie, the cotangent likewise)."""
+
+    def averaged(z: FloatArray, v: FloatArray) -> FloatArray:
+        return average_ties(z, v)[0] if tied_outputs_averaged else v
+
     def forward(z: FloatArray, k: int) -> Forward:
         p, q, _ = _run(method, core, z, k, None)
         return Forward(p=p, q=q)
 
     def vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
-        _, _, g = _run(method, core, z, k, v[:, None, :])
+        _, _, g = _run(method, core, z, k, averaged(z, v)[:, None, :])
         assert g is not None
         return g[:, 0, :]
 
     def forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
-        p, q, g = _run(method, core, z, k, v[:, None, :])
+        p, q, g = _run(method, core, z, k, averaged(z, v)[:, None, :])
         assert g is not None
         return Forward(p=p, q=q), g[:, 0, :]
 
     def jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
-        return _run_jacobian(method, jac, z, k)
+        return averaged(z, _run_jacobian(method, jac, z, k))
 
     forward.__doc__ = f"The {method} top-k weights of a prepared batch (see the module docstring)."
     return Implementation(forward=forward, jacobian=jacobian, vjp=vjp, forward_vjp=forward_vjp)
@@ -490,7 +477,7 @@ NEURALSORT = _implementation("neuralsort", _neuralsort_core, _neuralsort_jac)
 #: SoftSort's top-k.
 SOFTSORT = _implementation("softsort", _softsort_core, _softsort_jac)
 #: The logistic odd-even sorting network's top-k.
-SORTING_NETWORK = _implementation("sorting-network", _network_core, _network_jac)
+SORTING_NETWORK = _implementation("sorting-network", _network_core, _network_jac, tied_outputs_averaged=True)
 
 
 def neuralsort_weights(z: FloatArray, k: int) -> FloatArray:
