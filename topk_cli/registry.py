@@ -91,6 +91,13 @@ _THRESHOLD_REFERENCE = (
     "where |lambda| < ~1e4"
 )
 _SEQUENTIAL_REFERENCE = "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6"
+_RANK_TIES = (
+    "Exact derivatives away from ties. At a tie the derivatives are those of the branch where the tied entries "
+    "are ordered by position: exact along directions that keep them tied (d/dtau), one-sided per column for a "
+    "tied pair, but for the middle entries of a tie of three or more neither one-sided derivative (no choice "
+    "of sides can also keep d/dtau exact): verify-properties' jacobian check measures 'no' there "
+    "(x = 2,1,1,1,0, k = 5)."
+)
 _SEQUENTIAL_FAILURES = (
     FailureCode("ill-conditioned", "the propagated rounding error of p exceeds 1e-9: the operator is ill-conditioned at this input"),
     FailureCode("inf", "a normaliser vanished (a pole of the operator): the weights are unbounded"),
@@ -404,7 +411,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         guarantees=Guarantees(
             range=False, sum=True, monotone_weak=False, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
-            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+            softmax_at_k1=False, jacobian=False, finite=True, smoothness="C0",
         ),
         reference=(
             "Grover, Wang, Zweig & Ermon, ICLR 2019, 'Stochastic optimization of sorting networks via continuous "
@@ -413,6 +420,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         notes=(
             "Rows of P sum to 1, columns do not: sum p = k, but a weight can exceed 1 and k = n is not all ones "
             "(x = 0,-1,-2, k = 3: p = 0.947, 1.107, 0.947). C0: |s_j - s_l| has kinks where entries cross. "
+            f"{_RANK_TIES} "
             f"Memory O(k n) per row; k*n above {MAX_ROW_ENTRIES} (2^25) is refused."
         ),
         implementation=NEURALSORT,
@@ -429,7 +437,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         guarantees=Guarantees(
             range=False, sum=True, monotone_weak=False, monotone_strict=False,
             shift_invariant=True, permutation_equivariant=True, hard_limit=True,
-            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C0",
+            softmax_at_k1=True, jacobian=False, finite=True, smoothness="C0",
         ),
         reference=(
             "Prillo & Eisenschlos, ICML 2020, 'SoftSort: a continuous relaxation for the argsort operator' "
@@ -437,8 +445,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         ),
         notes=(
             "Exactly softmax at k = 1. Rows of P sum to 1, columns do not: sum p = k, but a weight can exceed 1 "
-            "and k = n is not all ones. C0 (kinks where entries cross). At a tie, the derivative of sort(s)_i is "
-            f"shared equally by the tied entries. Memory O(k n) per row; k*n above {MAX_ROW_ENTRIES} (2^25) is refused."
+            "and k = n is not all ones. C0 (kinks where entries cross). "
+            f"{_RANK_TIES} Memory O(k n) per row; k*n above {MAX_ROW_ENTRIES} (2^25) is refused."
         ),
         implementation=SOFTSORT,
         probe=ProbeReference(
@@ -465,7 +473,7 @@ _SPECS: tuple[MethodSpec, ...] = (
             "stochastic, so 0 <= p <= 1 and sum p = k. The network compares fixed wires: the result depends on the "
             "order of the entries (not permutation-equivariant), and tied entries get different weights. "
             "Equal inputs get equal outputs here as for every method: the weights of exactly tied entries are "
-            "averaged, so p jumps at an exact tie (k = 2: p = 0.747, 0.596, 0.657 at x = 1,0,1e-9 and at 1,1e-9,0; 0.747, 0.627, 0.627 at 1,0,0); "
+            "averaged (and so are its derivatives there), so p jumps at an exact tie (k = 2: p = 0.747, 0.596, 0.657 at x = 1,0,1e-9 and at 1,1e-9,0; 0.747, 0.627, 0.627 at 1,0,0); "
             "C-infinity everywhere else. Memory O(n^2) per row (one state per comparator, n(n-1)/2); n above 8192 "
             "is refused."
         ),
