@@ -12,7 +12,8 @@ Written from the sources' formulas, with other algorithms than the library's:
   network with ``distribution='logistic'``, ``steepness = 1``: the full ``n x n`` matrix ``X`` is
   propagated (``sort(z) = z X``, ascending), ``alpha = 1 / (1 + exp(a - b))`` and ``1 - alpha``
   by subtraction; top-k = the sum of the last ``k`` columns of ``X`` (the library instead runs
-  a vector backward through the comparators).
+  a vector backward through the comparators), then averaged over exactly tied entries (the
+  network gives them different weights; the tool's rule is that equal inputs get equal weights).
 
 Every function takes floats ``x`` (``-inf`` masks an entry: the method runs on the others),
 ``k`` and ``tau``, works on ``z = (x - max x) / tau`` in mpmath and returns a list of ``mpf``.
@@ -72,7 +73,7 @@ def _odd_even_layers(m: int) -> list[list[tuple[int, int]]]:
 
 
 def sorting_network(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> list[Any]:
-    """Sum of the top ``k`` (last) wires of diffsort's relaxed permutation matrix."""
+    """Sum of the top ``k`` (last) wires of diffsort's relaxed permutation matrix, ties averaged."""
     dps = _dps(x, tau, dps)
     with mp.workdps(dps):
         z, idx, n = _split(x, tau)
@@ -91,6 +92,8 @@ def sorting_network(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS)
                     row[a] = alpha * ca + (1 - alpha) * cb
                     row[b] = (1 - alpha) * ca + alpha * cb
         p = [mpmath.fsum(row[m - k :]) for row in X]
+        # the tool's rule, equal inputs get equal weights: the network's tied entries are averaged
+        p = [mpmath.fsum(p[j] for j in range(m) if z[j] == z[i]) / sum(1 for v in z if v == z[i]) for i in range(m)]
         return _scatter(p, idx, n)
 
 

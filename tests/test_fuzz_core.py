@@ -13,7 +13,6 @@ import functools
 import numpy as np
 import pytest
 import reference as ref
-import reference_wider
 from conftest import run_cli
 from golden_store import golden
 from hypothesis import HealthCheck, given, settings
@@ -40,8 +39,8 @@ def _ref_pq(method: str, z: tuple[float, ...], k: int) -> tuple[tuple[float, ...
         p = ref.reference(name, z, k, 1.0, dps=40)
         with ref.mp.workdps(80):
             q = [1 - ref.mpf(v) for v in p]
-    else:  # the wider field's methods
-        p = reference_wider.REFERENCES[name](z, k, 1.0)
+    else:  # the wider field's and the relaxed-sorting methods (reference_wider.py, reference_sorting.py)
+        p = ref.all_references()[name](z, k, 1.0)
         with ref.mp.workdps(80):
             q = [1 - ref.mpf(v) for v in p]
     return tuple(float(v) for v in p), tuple(float(v) for v in q)

@@ -295,6 +295,23 @@ def test_chunked_rows_give_the_same_bits(method: str, monkeypatch: pytest.Monkey
         np.testing.assert_array_equal(a, b)
 
 
+def test_an_all_tied_row_gets_the_networks_gradient() -> None:
+    """Averaging the tied weights must not zero the gradient of a row whose scores start equal (its
+    derivative along tie-breaking directions is the network's own); along tie-keeping ones it is
+    that of the averaged weights (d/dtau above)."""
+    from topk_cli.operators._base import Forward
+
+    z = np.zeros((1, 4))
+    own = sorting._network_jac(z, 2)[0]
+    jac = st.jacobian(np.full(4, 2.0), 2, "sorting-network", tau=0.5)
+    np.testing.assert_allclose(jac, own / 0.5, rtol=0, atol=1e-15)
+    assert np.abs(own).max() > 0.1
+    np.testing.assert_allclose(jac.sum(axis=1), 0.0, atol=1e-15)  # a shift changes nothing
+    fwd = Forward(p=np.full((1, 4), 0.5), q=np.full((1, 4), 0.5))
+    v = np.array([[1.0, -2.0, 0.5, 3.0]])
+    np.testing.assert_allclose(sorting.SORTING_NETWORK.vjp(fwd, z, 2, v), v @ own, rtol=0, atol=1e-15)
+
+
 # -- the memory limit ---------------------------------------------------------------------------
 
 

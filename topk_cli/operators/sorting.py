@@ -48,7 +48,8 @@ position first). That makes them exact along every direction that keeps the tied
 earlier entry's as it increases, the later one's as it decreases); for the middle entries of a
 tie of three or more it is the branch's, which neither one-sided derivative equals. The network
 gives tied entries different weights, which the API averages (equal inputs, equal outputs): its
-derivatives are those of the averaged weights.
+derivative is that of the averaged weights along directions that keep the ties and the network's
+own along directions that break them (see :func:`_implementation`).
 """
 
 from __future__ import annotations
@@ -445,28 +446,42 @@ def _network_jac(z: FloatArray, k: int) -> FloatArray:
 
 def _implementation(method: str, core: Core, jac: JacCore, *, tied_outputs_averaged: bool = False) -> Implementation:
     """``tied_outputs_averaged``: the method gives exactly tied entries different weights, which the
-    API averages (equal inputs, equal outputs); the derivatives are then those of the averaged
-    weights (rows of the Jacobian averaged over each tie, the cotangent likewise)."""
+    API averages (equal inputs, equal outputs). Its derivative is then ``J = J_net + (A - I) J_net A``,
+    ``A`` the average over each group of tied entries: along a direction that keeps the ties
+    (``A d = d``: ``d/dtau``, shifts) it is ``A J_net d``, the derivative of the averaged weights the
+    API returns; along one that breaks them (``A d = 0``) it is the network's own ``J_net d``, so an
+    all-tied row (e.g. scores initialised equal) still gets the network's gradient."""
 
-    def averaged(z: FloatArray, v: FloatArray) -> FloatArray:
-        return average_ties(z, v)[0] if tied_outputs_averaged else v
+    def averaged(z: FloatArray, a: FloatArray) -> FloatArray:
+        return average_ties(z, a)[0]
 
     def forward(z: FloatArray, k: int) -> Forward:
         p, q, _ = _run(method, core, z, k, None)
         return Forward(p=p, q=q)
 
-    def vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
-        _, _, g = _run(method, core, z, k, averaged(z, v)[:, None, :])
+    def vjp_of(z: FloatArray, k: int, v: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        if not tied_outputs_averaged:
+            p, q, g = _run(method, core, z, k, v[:, None, :])
+            assert g is not None
+            return p, q, g[:, 0, :]
+        # v^T J = v^T J_net + A (J_net^T (A v - v))
+        p, q, g = _run(method, core, z, k, np.stack([v, averaged(z, v) - v], axis=1))
         assert g is not None
-        return g[:, 0, :]
+        return p, q, g[:, 0, :] + averaged(z, g[:, 1, :])
+
+    def vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
+        return vjp_of(z, k, v)[2]
 
     def forward_vjp(z: FloatArray, k: int, v: FloatArray) -> tuple[Forward, FloatArray]:
-        p, q, g = _run(method, core, z, k, averaged(z, v)[:, None, :])
-        assert g is not None
-        return Forward(p=p, q=q), g[:, 0, :]
+        p, q, g = vjp_of(z, k, v)
+        return Forward(p=p, q=q), g
 
     def jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
-        return averaged(z, _run_jacobian(method, jac, z, k))
+        jn = _run_jacobian(method, jac, z, k)
+        if not tied_outputs_averaged:
+            return jn
+        m = averaged(z, jn.swapaxes(1, 2)).swapaxes(1, 2)  # J_net A: columns averaged over ties
+        return jn + averaged(z, m) - m
 
     forward.__doc__ = f"The {method} top-k weights of a prepared batch (see the module docstring)."
     return Implementation(forward=forward, jacobian=jacobian, vjp=vjp, forward_vjp=forward_vjp)
