@@ -460,12 +460,13 @@ def _implementation(method: str, core: Core, jac: JacCore, *, tied_outputs_avera
         return Forward(p=p, q=q)
 
     def vjp_of(z: FloatArray, k: int, v: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-        if not tied_outputs_averaged:
+        av = averaged(z, v) if tied_outputs_averaged else v
+        if av is v:  # no tie (average_ties returns its argument): J = J_net
             p, q, g = _run(method, core, z, k, v[:, None, :])
             assert g is not None
             return p, q, g[:, 0, :]
         # v^T J = v^T J_net + A (J_net^T (A v - v))
-        p, q, g = _run(method, core, z, k, np.stack([v, averaged(z, v) - v], axis=1))
+        p, q, g = _run(method, core, z, k, np.stack([v, av - v], axis=1))
         assert g is not None
         return p, q, g[:, 0, :] + averaged(z, g[:, 1, :])
 
