@@ -332,3 +332,13 @@ def test_the_cli_refuses_with_one_line() -> None:
 
     code, _, err = run_cli("compute", "-m", "sorting-network", "-k", "1", "--values", ",".join(["0"] * 8193))
     assert code != 0 and "limit of 33554432" in err and "Traceback" not in err
+
+
+def test_the_smoothness_check_sees_the_networks_jump_at_a_tie() -> None:
+    """p(0) off both one-sided limits (the tied weights averaged) is a jump: it was measured C0,
+    from the one-sided differences through p(0) only."""
+    from topk_cli.properties import Case, check_smooth
+
+    assert st.soft_topk([1.0, 0.0, 0.0], 2, "sorting-network").tolist() != st.soft_topk([1.0, 0.0, 1e-12], 2, "sorting-network").tolist()
+    assert check_smooth("sorting-network", [Case((1.0, 0.0, 0.0), 2)]).smoothness == "discontinuous"
+    assert check_smooth("neuralsort", [Case((1.0, 0.0, 0.0), 2)]).smoothness == "C0"
