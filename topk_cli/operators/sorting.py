@@ -37,6 +37,10 @@ is evaluated from the right). A row needing more than :data:`MAX_ROW_ENTRIES` su
 refused (:class:`~topk_cli.errors.InvalidArgumentError`) before any work; rows are processed in
 chunks of at most :data:`CHUNK_ENTRIES` entries per working array.
 
+Complements: the network carries ``q = 1 - p`` through the same comparators (from ``1 - c``), so
+it keeps its digits where ``p`` is close to 1; NeuralSort's and SoftSort's columns do not sum to
+1, so their ``q`` is ``1 - p`` by subtraction (absolute accuracy only).
+
 Derivatives are exact, written by hand (no autodiff): the VJP of NeuralSort and SoftSort in
 ``O(k n)`` per cotangent, their Jacobians in ``O(k n^2)``; the network's VJP by one forward pass
 of the cotangent through the layers and one backward pass through the comparators (``O(n^2)``),
