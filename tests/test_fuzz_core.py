@@ -39,7 +39,7 @@ def _ref_pq(method: str, z: tuple[float, ...], k: int) -> tuple[tuple[float, ...
         p = ref.reference(name, z, k, 1.0, dps=40)
         with ref.mp.workdps(80):
             q = [1 - ref.mpf(v) for v in p]
-    else:  # the wider field's methods
+    else:  # the wider field's and the relaxed-sorting methods (reference_wider.py, reference_sorting.py)
         p = ref.all_references()[name](z, k, 1.0)
         with ref.mp.workdps(80):
             q = [1 - ref.mpf(v) for v in p]

@@ -91,6 +91,7 @@ METHOD_NAMES: tuple[str, ...] = (
     "hard", "iterative", "weighted-softmax", "grad", "grad-recursive", "thre-exp", "thre-sigmoid",
     "thre-laplace", "thre-clip", "thre-cube", "ot-sinkhorn", "perturbed", "topk-softmax",
     "gumbel-topk", "coordinate-descent", "dftopk", "scaled-sigmoid", "k-softmax", "straight-through",
+    "neuralsort", "softsort", "sorting-network",
 )
 
 #: The extra parameters of each method that has any (the registry's ``MethodSpec.parameters``).

@@ -68,6 +68,15 @@ from topk_cli.operators.projection import THRE_CLIP, THRE_CUBE, f_clip, f_cube
 from topk_cli.operators.scaled_sigmoid import SCALED_SIGMOID, scaled_sigmoid_reference
 from topk_cli.operators.sequential import ITERATIVE, WEIGHTED_SOFTMAX
 from topk_cli.operators.sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, NO_CONVERGENCE, OT_SINKHORN
+from topk_cli.operators.sorting import (
+    MAX_ROW_ENTRIES,
+    NEURALSORT,
+    SOFTSORT,
+    SORTING_NETWORK,
+    neuralsort_reference,
+    softsort_reference,
+    sorting_network_reference,
+)
 from topk_cli.operators.threshold import THRE_EXP, THRE_LAPLACE
 from topk_cli.operators.threshold_sigmoid import THRE_SIGMOID
 from topk_cli.operators.topk_softmax import TOPK_SOFTMAX, topk_softmax_reference
@@ -92,6 +101,13 @@ _THRESHOLD_REFERENCE = (
     "where |lambda| < ~1e4"
 )
 _SEQUENTIAL_REFERENCE = "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6"
+_RANK_TIES = (
+    "Exact derivatives away from ties. At a tie the derivatives are those of the branch where the tied entries "
+    "are ordered by position: exact along directions that keep them tied (d/dtau), one-sided per column for a "
+    "tied pair, but for the middle entries of a tie of three or more neither one-sided derivative (no choice "
+    "of sides can also keep d/dtau exact): verify-properties' jacobian check measures 'no' there "
+    "(x = 2,1,1,1,0, k = 5)."
+)
 _SEQUENTIAL_FAILURES = (
     FailureCode("ill-conditioned", "the propagated rounding error of p exceeds 1e-9: the operator is ill-conditioned at this input"),
     FailureCode("inf", "a normaliser vanished (a pole of the operator): the weights are unbounded"),
@@ -538,6 +554,88 @@ _SPECS: tuple[MethodSpec, ...] = (
         implementation=STRAIGHT_THROUGH,
         capabilities=Capabilities(probe_default=False),
         probe=ProbeReference("none: the forward is hard top-k, exact by construction"),
+    ),
+    MethodSpec(
+        name="neuralsort",
+        summary="NeuralSort (Grover et al. 2019): the sum of the first k rows of its relaxed sorting matrix.",
+        family="relaxed-sort",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=False, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=False, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "Grover, Wang, Zweig & Ermon, ICLR 2019, 'Stochastic optimization of sorting networks via continuous "
+            "relaxations': P[i, :] = softmax(((n + 1 - 2i) s - A_s 1) / tau), A_s = |s_j - s_l|."
+        ),
+        notes=(
+            "Rows of P sum to 1, columns do not: sum p = k, but a weight can exceed 1 and k = n is not all ones "
+            "(x = 0,-1,-2, k = 3: p = 0.947, 1.107, 0.947). C0: |s_j - s_l| has kinks where entries cross. "
+            f"{_RANK_TIES} "
+            f"Memory O(k n) per row; k*n above {MAX_ROW_ENTRIES} (2^25) is refused."
+        ),
+        implementation=NEURALSORT,
+        probe=ProbeReference(
+            "the definition (n + 1 - 2i) s - A_s 1 in extended precision (np.longdouble), on rows where its "
+            "logits keep an absolute error below 1e-11",
+            neuralsort_reference,
+        ),
+    ),
+    MethodSpec(
+        name="softsort",
+        summary="SoftSort (Prillo & Eisenschlos 2020): the sum of the first k rows of softmax(-|sort(s)_i - s_j| / tau).",
+        family="relaxed-sort",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=False, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=True, jacobian=False, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "Prillo & Eisenschlos, ICML 2020, 'SoftSort: a continuous relaxation for the argsort operator' "
+            "(d = |.|, as in their experiments)."
+        ),
+        notes=(
+            "Exactly softmax at k = 1. Rows of P sum to 1, columns do not: sum p = k, but a weight can exceed 1 "
+            "and k = n is not all ones. C0 (kinks where entries cross). "
+            f"{_RANK_TIES} Memory O(k n) per row; k*n above {MAX_ROW_ENTRIES} (2^25) is refused."
+        ),
+        implementation=SOFTSORT,
+        probe=ProbeReference(
+            "the definition softmax(-|sort(s)_i - s_j|) in extended precision (np.longdouble)",
+            softsort_reference,
+        ),
+    ),
+    MethodSpec(
+        name="sorting-network",
+        summary="Differentiable odd-even sorting network (Petersen et al. 2021), logistic comparators: the k top wires.",
+        family="relaxed-sort",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=False, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=False, hard_limit=True,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="discontinuous",
+        ),
+        reference=(
+            "Petersen, Borgelt, Kuehne & Deussen, ICML 2021, 'Differentiable sorting networks for scalable sorting "
+            "and ranking supervision': odd-even transposition network, logistic sigmoid with inverse temperature "
+            "1/tau (diffsort's odd_even network, distribution='logistic', steepness = 1/tau)."
+        ),
+        notes=(
+            "Each comparator mixes its two wires by alpha = sigmoid(z_b - z_a): the relaxed permutation is doubly "
+            "stochastic, so 0 <= p <= 1 and sum p = k. The network compares fixed wires: the result depends on the "
+            "order of the entries (not permutation-equivariant), and tied entries get different weights. "
+            "Equal inputs get equal outputs here as for every method: the weights of exactly tied entries are "
+            "averaged (and so are its derivatives there), so p jumps at an exact tie (k = 2: p = 0.747, 0.596, 0.657 at x = 1,0,1e-9 and at 1,1e-9,0; 0.747, 0.627, 0.627 at 1,0,0); "
+            "C-infinity everywhere else. Memory O(n^2) per row (one state per comparator, n(n-1)/2); n above 8192 "
+            "is refused."
+        ),
+        implementation=SORTING_NETWORK,
+        probe=ProbeReference(
+            "the network run with diffsort's formulas (1 - alpha by subtraction) in extended precision (np.longdouble)",
+            sorting_network_reference,
+        ),
+        aliases=(
+            Alias("diffsort", "diffsort's DiffSortNet (Petersen et al., ICML 2021; Felix-Petersen/diffsort), 'odd_even' network with the logistic distribution"),
+        ),
     ),
 )
 

@@ -37,7 +37,7 @@ class PlotStyle:
 #: Per family (the registry's ``family``), the looks of its members in registry order: one hue
 #: per family (black baseline, blue gradient, orange/brown iterative, green threshold, purple
 #: optimal transport, red Monte Carlo, magenta pseudo-smooth, gold sigmoid, cyan scaled softmax, indigo
-#: surrogate gradient), a shade, marker and line style each.
+#: surrogate gradient, brown relaxed sorting), a shade, marker and line style each.
 FAMILY_STYLES: dict[str, tuple[PlotStyle, ...]] = {
     "baseline": (PlotStyle("#000000", "s", ":"), PlotStyle("#404040", "D", "--")),
     "gradient": (PlotStyle("#1f4e9c", "o"), PlotStyle("#5fa8e8", "v", "--"), PlotStyle("#08306b", "<", "-.")),
@@ -53,6 +53,7 @@ FAMILY_STYLES: dict[str, tuple[PlotStyle, ...]] = {
     "sigmoid": (PlotStyle("#b8860b", "d", "-."), PlotStyle("#e6ab02", "P", ":")),
     "scaled-softmax": (PlotStyle("#0097a7", "o", "--"),),
     "surrogate-gradient": (PlotStyle("#3949ab", "s", "-."),),
+    "relaxed-sort": (PlotStyle("#8d6e63", "d"), PlotStyle("#5d4037", "8", "--"), PlotStyle("#a1887f", "*", "-.")),
 }
 
 
