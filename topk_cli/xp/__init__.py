@@ -42,9 +42,9 @@ def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | Non
     """
     _check_method(method, st_method)
     xp = namespace(x, k, tau)
-    z, fin, z0 = scaled(xp, x, tau)
+    z, fin, _ = scaled(xp, x, tau)
     if method in SOLVERS:
-        return threshold_forward(xp, method, z, fin, z0, k, tau)
+        return threshold_forward(xp, method, z, fin, k, tau)
     raise NotImplementedError(f"method {method!r} is not implemented yet in the array-API core")
 
 

@@ -269,9 +269,123 @@ def solve_laplace(r: _Rows) -> tuple[Array, Array]:
     return xp.where(ok, ref, xp.zeros_like(ref)), xp.where(ok, -delta, xp.zeros_like(delta))
 
 
+#: Newton steps of ``thre-sigmoid`` from the ``thre-laplace`` threshold (within ``log 2`` of the
+#: root): quadratic convergence reaches float64's resolution in 5 on the adversarial suite of
+#: tests/test_xp_core.py; 3 more are a margin (a converged step changes nothing).
+SIGMOID_STEPS = 8
+#: Newton steps of ``thre-cube`` on its interval, from the left end, on the convex
+#: ``(sum_F (z_i - lambda)^3)^{1/3}``: monotone, exact in one step when the free entries tie.
+CUBE_STEPS = 12
+
+
+def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, shift)`` for ``thre-sigmoid``: safeguarded Newton from the Laplace threshold.
+
+    ``e^t/2 <= sigmoid(t + log 2)`` and ``sigmoid(t - log 2) <= F(t)`` for the Laplace CDF ``F``
+    give the bracket ``lambda_F +- log 2``. The residual ``G - k`` is summed by sides,
+    ``sum_{t <= 0} sigmoid(t) - sum_{t > 0} sigmoid(-t) - (k - #{t > 0})``, so that it keeps its digits
+    relative to ``sum f'`` where the weights are within an ulp of 0 and 1; a step that is not
+    finite (every ``f'`` underflows: then the Laplace root is the sigmoid's to the last digit,
+    both balancing ``sum e^{t}`` below against ``sum e^{-t}`` above) keeps the iterate.
+    """
+    xp = r.xp
+    ref, shift = solve_laplace(r)
+    zr = r.s - ref[:, None]  # the sorted entries relative to ref (order does not matter here)
+    delta = -shift
+    lo = delta - _LN2
+    hi = delta + _LN2
+    fin = xp.isfinite(r.s)
+    zeros = xp.zeros_like(r.s)
+    for _ in range(SIGMOID_STEPS):
+        t = zr - delta[:, None]
+        above = fin & (t > 0)
+        e = xp.exp(-xp.abs(xp.where(fin, t, zeros)))
+        small = e / (1 + e)  # sigmoid(-|t|): p below, 1 - p above
+        res = (xp.sum(xp.where(fin & ~above, small, zeros), axis=1)
+               - xp.sum(xp.where(above, small, zeros), axis=1)
+               - (r.k - xp.sum(xp.astype(above, r.k.dtype), axis=1)))
+        slope = xp.sum(xp.where(fin, e / ((1 + e) * (1 + e)), zeros), axis=1)
+        lo = xp.where(res > 0, delta, lo)
+        hi = xp.where(res < 0, delta, hi)
+        step = delta + res / xp.where(slope > 0, slope, xp.ones_like(slope))
+        inside = (slope > 0) & (step >= lo) & (step <= hi)
+        delta = xp.where(inside, step, xp.where(slope > 0, (lo + hi) / 2, delta))
+    return ref, -delta
+
+
+def _breakpoint_rows(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, off)`` of the breakpoints ``z_j`` and ``z_j - 1`` of the clipped links, sorted
+    descending (masked ones last), each kept as the pair (``value = ref - off``)."""
+    xp = r.xp
+    zz = xp.concat([r.s, r.s], axis=1)
+    off = xp.concat([xp.zeros_like(r.s), xp.ones_like(r.s)], axis=1)
+    order = xp.argsort(zz - off, axis=1, descending=True, stable=True)
+    return xp.take_along_axis(zz, order, axis=1), xp.take_along_axis(off, order, axis=1)
+
+
+def _clipped_interval(r: _Rows, power: int) -> tuple[Array, Array, Array, Array, Array]:
+    """``(ref, off, t_lo, free, sat)`` of the interval ``[lo, hi]`` of breakpoints holding ``lambda``:
+    ``lo = ref - off``, ``t_lo = z - lo`` (sorted entries), ``free`` the entries with
+    ``0 < z - lambda < 1`` inside it, ``sat`` those at 1."""
+    xp = r.xp
+    bref, boff = _breakpoint_rows(r)
+    nb = 2 * r.nfin
+
+    def below(j: Array) -> Array:
+        j = xp.clip(j, 0, xp.maximum(nb - 1, xp.zeros_like(nb)))
+        t = (r.s - take(xp, bref, j)[:, None]) + take(xp, boff, j)[:, None]
+        c = xp.clip(t, 0.0, 1.0)
+        return xp.sum(c if power == 1 else c * c * c, axis=1) < r.k
+
+    j = search(xp, nb, bref.shape[1], below, nb)
+    j_lo = xp.clip(j, 1, xp.maximum(nb - 1, xp.ones_like(nb)))
+    ref_lo, off_lo = take(xp, bref, j_lo), take(xp, boff, j_lo)
+    ref_hi, off_hi = take(xp, bref, j_lo - 1), take(xp, boff, j_lo - 1)
+    fin = xp.isfinite(r.s)
+    t_lo = (r.s - ref_lo[:, None]) + off_lo[:, None]
+    t_hi = (r.s - ref_hi[:, None]) + off_hi[:, None]
+    free = fin & (t_hi >= 0) & (t_lo <= 1)
+    sat = fin & (t_hi >= 1)
+    return ref_lo, off_lo, t_lo, free, sat
+
+
+def solve_clip(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, shift)`` for ``thre-clip``: on its interval ``G`` is linear, ``lambda = lo + (G(lo) - k) / #free``."""
+    xp = r.xp
+    ref, off, t_lo, free, _ = _clipped_interval(r, 1)
+    g_lo = xp.sum(xp.where(xp.isfinite(t_lo), xp.clip(t_lo, 0.0, 1.0), xp.zeros_like(t_lo)), axis=1)
+    nfree = xp.sum(xp.astype(free, t_lo.dtype), axis=1)
+    delta = xp.where(nfree > 0, (g_lo - r.k) / xp.where(nfree > 0, nfree, xp.ones_like(nfree)), xp.zeros_like(nfree))
+    return ref, off - delta
+
+
+def solve_cube(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, shift)`` for ``thre-cube``: on its interval ``G = #sat + sum_F (z_i - lambda)^3``;
+    Newton on ``psi = (sum_F (z_i - lambda)^3)^{1/3} = (k - #sat)^{1/3}`` from the left end."""
+    xp = r.xp
+    ref, off, t_lo, free, sat = _clipped_interval(r, 3)
+    zeros = xp.zeros_like(t_lo)
+    u = xp.where(free, t_lo, zeros)  # z_i - lo on the free entries, in [0, 1]
+    need = r.k - xp.sum(xp.astype(sat, r.k.dtype), axis=1)
+    target = xp.pow(xp.maximum(need, xp.zeros_like(need)), 1.0 / 3.0)
+    delta = xp.zeros_like(r.k)
+    for _ in range(CUBE_STEPS):
+        v = xp.where(free, u - delta[:, None], zeros)
+        s3 = xp.sum(v * v * v, axis=1)
+        s2 = xp.sum(v * v, axis=1)
+        psi = xp.pow(xp.maximum(s3, xp.zeros_like(s3)), 1.0 / 3.0)
+        ok = s2 > 0
+        step = delta + (psi - target) * psi * psi / xp.where(ok, s2, xp.ones_like(s2))
+        delta = xp.where(ok, xp.maximum(step, delta), delta)
+    return ref, off - delta
+
+
 SOLVERS: dict[str, Callable[[_Rows], tuple[Array, Array]]] = {
     "thre-exp": solve_exp,
     "thre-laplace": solve_laplace,
+    "thre-sigmoid": solve_sigmoid,
+    "thre-clip": solve_clip,
+    "thre-cube": solve_cube,
 }
 
 
@@ -305,9 +419,10 @@ def _dk_weights(r: _Rows, link: Link, t: Array, full: Array, method: str) -> Arr
     return xp.where(good[:, None], w / xp.where(good, total, xp.ones_like(total))[:, None], zeros)
 
 
-def threshold_forward(xp: Any, method: str, z: Array, fin: Array, z0: Array, k: Array,
+def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
                       tau: Array) -> tuple[Array, tuple[Array, ...]]:
-    """``p`` and the residuals ``(d, w, z0, tau)`` of a threshold method (see the module doc)."""
+    """``p`` and the residuals ``(d, w, t0, tau)`` of a threshold method (see the module doc;
+    ``t0 = z - lambda``, 0 on masked entries and on rows with every weight 1)."""
     link = LINKS[method]
     r = _rows(xp, z, fin, k)
     ref, shift = SOLVERS[method](r)
@@ -319,14 +434,17 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, z0: Array, k: 
     p = xp.where(full[:, None], fin_f, xp.where(fin, p, xp.zeros_like(p)))
     d = xp.where(full[:, None], xp.zeros_like(d), d)
     w = _dk_weights(r, link, t, full, method)
-    return p, (d, w, z0, tau)
+    # g_tau = -(g_z . z) / tau, and g_z sums to 0: z - lambda = t in place of z keeps the terms
+    # near the threshold O(1) (no cancellation between far entries, whose d is tiny)
+    t0 = xp.where(fin & ~full[:, None], t, xp.zeros_like(t))
+    return p, (d, w, t0, tau)
 
 
 def threshold_backward(xp: Any, residuals: tuple[Array, ...], g: Array) -> tuple[Array, Array, Array]:
     """``(g_x, g_k, g_tau)`` from the residuals of :func:`threshold_forward`."""
-    d, w, z0, tau = residuals
+    d, w, t0, tau = residuals
     gk = xp.sum(w * g, axis=1)
     gz = d * (g - gk[:, None])
     gx = gz / tau[:, None]
-    gtau = -xp.sum(gz * z0, axis=1) / tau
+    gtau = -xp.sum(gz * t0, axis=1) / tau
     return gx, gk, gtau
