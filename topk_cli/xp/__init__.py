@@ -15,6 +15,7 @@ Conventions: ``x`` may hold ``-inf`` (masked: weight exactly 0; ``k`` counts unm
 from __future__ import annotations
 
 from topk_cli.xp._common import Array, namespace, scaled
+from topk_cli.xp._hard import hard_backward, hard_forward
 from topk_cli.xp._threshold import SOLVERS, threshold_backward, threshold_forward
 
 #: The methods these functions compute.
@@ -43,6 +44,11 @@ def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | Non
     _check_method(method, st_method)
     xp = namespace(x, k, tau)
     z, fin, _ = scaled(xp, x, tau)
+    if method == "hard":
+        p, residuals = hard_forward(xp, z, fin, k)
+        if st_method is not None:
+            _, residuals = forward(x, k, tau, st_method)
+        return p, residuals
     if method in SOLVERS:
         return threshold_forward(xp, method, z, fin, k, tau)
     raise NotImplementedError(f"method {method!r} is not implemented yet in the array-API core")
@@ -53,12 +59,16 @@ def backward(method: str, residuals: tuple[Array, ...], g: Array, *,
     """``(g_x, g_k, g_tau)``: the vector-Jacobian products of :func:`forward`'s ``p`` with the
     cotangent ``g`` (``(B, n)``) with respect to ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
 
-    ``g_k`` is 0 for ``grad`` (integer k). With ``st_method`` the products are that method's
+    ``g_k`` is 0 for ``grad`` (integer k). ``hard`` is piecewise constant in ``x`` and ``tau`` (``g_x``
+    and ``g_tau`` are 0) and piecewise linear in ``k``: ``g_k = sum_at g / #at`` over the entries
+    tied at the cut (from below at an integer k), as the numpy engine's ``dp/dk``. With ``st_method`` the products are that method's
     (straight-through: hard forward, soft backward).
     """
     _check_method(method, st_method)
     xp = namespace(g, *residuals)
     name = st_method if st_method is not None else method
+    if name == "hard":
+        return hard_backward(xp, residuals, g)
     if name in SOLVERS:
         return threshold_backward(xp, residuals, g)
     raise NotImplementedError(f"method {name!r} is not implemented yet in the array-API core")
