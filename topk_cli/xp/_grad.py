@@ -1,27 +1,31 @@
 """GradTopK (``grad``) on any array-API namespace: ``p = grad_z log e_k(exp z)``, exactly.
 
 ``p_i = e^{z_i} e_{k-1}(e^z without i) / e_k(e^z)``, ``e_k`` the k-th elementary symmetric
-polynomial, computed as the numpy engine's log-space program
-(:mod:`topk_cli.operators.gradtopk`): on the rows sorted in decreasing order ``s``, the prefix table
-``a_i(j) = log e_j(e^{s_1..s_i}) - (s_1 + ... + s_j)`` and the suffix table
-``b_i(m) = log e_m(e^{s_{i+1}..s_n}) - (s_{K-m+1} + ... + s_K)`` follow
+polynomial: the inclusion probabilities of conditional Poisson sampling. For any tilt ``lambda``,
+draw every entry independently with probability ``pi_i = sigmoid(z_i - lambda)``; conditioned on
+exactly k draws, the subset has GradTopK's law (the tilt cancels), so with ``a_t(j) = log P(j
+drawn before t)`` and ``b_t(m) = log P(m drawn after t)``
 
-    a_i(j) = logaddexp(a_{i-1}(j), (s_i - s_j) + a_{i-1}(j-1))   (and its mirror for b),
+    p_t = pi_t N_t / (pi_t N_t + (1 - pi_t) M_t),  N_t = sum_j e^{a_t(j) + b_t(k-1-j)},  M_t = sum_j e^{a_t(j) + b_t(k-j)},
 
-sums of positive terms whose values stay within ``[0, log C(n, k)]`` or are negligible: no
-overflow, no cancellation, at any offset or spread. With ``N_t = e^{s_t} e_{k-1}(without t)`` and
-``M_t = e_k(without t)`` (both from ``a_t`` and ``b_{t+1}``), ``p_t = sigmoid(log N_t - log M_t)``
-and ``1 - p_t = sigmoid(log M_t - log N_t)``: both relatively accurate.
+and ``a`` follows ``a_t(j) = logaddexp(a_{t-1}(j) + log(1 - pi), a_{t-1}(j-1) + log pi)`` (its
+mirror for ``b``): the numpy engine's probability-space program (:mod:`topk_cli.operators._poisson`)
+run in log space, so that nothing underflows at any spread (the engine falls back to a log-space
+program on such rows; here one program serves every row, with no data-dependent branch). Sums of
+positive terms only: no cancellation; with ``lambda`` near the sigmoid threshold (a few Newton
+steps) the log-probabilities that matter stay small, so their rounding does too (log-space
+programs normalised by the top entries instead carry values up to ``log C(n, k)``: 1e-12 errors at
+n = 1000). ``p_t = sigmoid(log(pi_t N_t) - log((1 - pi_t) M_t))``: relatively accurate.
 
 The Jacobian ``dp/dz`` is symmetric (the covariance of the k-subset indicators), so the VJP is the
 tangent along ``g``: forward mode through the same program (every tangent a convex combination of
-bounded tangents), ``dp_t = p_t q_t (d log N_t - d log M_t)``.
+bounded tangents, the tilt held fixed), ``dp_t = p_t q_t (d log(pi_t N_t) - d log((1 - pi_t) M_t))``.
 
-``k`` is a Python ``int``, the same for every row (static under ``jax.jit``); the loops run over
-the ``n`` entries (static), each step a few operations on ``(B, k)`` arrays: O(n k) work per row,
-O(n k) memory per row for the prefix table. Unlike the engine, rows with ``k > m/2`` do not switch
-to the complement program (``m`` differs per row with masks), so the cost is O(n k), not
-O(n min(k, n - k)). No value is read back to the host.
+``k`` is a Python ``int``, the same for every row (static under ``jax.jit``); the sweeps run over
+the ``n`` entries (a :data:`Scan`: a Python loop, or ``jax.lax.scan``), each step a few
+operations on ``(B, k + 1)`` arrays: O(n k) work and memory per row. Unlike the engine, rows with
+``k > m/2`` do not switch to the complement program (``m`` differs per row with masks), so the
+cost is O(n k), not O(n min(k, n - k)). No value is read back to the host.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 from topk_cli.xp._common import Array, device
+
+#: Newton steps of the tilt (:func:`_tilt`) and the most each may move it.
+TILT_STEPS = 6
+TILT_MOVE = 4.0
 
 
 def _ninf(xp: Any, like: Array, shape: tuple[int, ...]) -> Array:
@@ -76,109 +84,124 @@ def python_scan(xp: Any) -> Scan:
     return scan
 
 
-def _program(xp: Any, s: Array, k: int, ds: Array | None, scan: Scan) -> tuple[Array, Array, Array | None]:
-    """``(log p, log q, dp)`` of sorted rows ``s`` (``(B, n)``, decreasing, ``1 <= k <= #finite``),
-    ``dp`` the tangent along ``ds`` (``(B, n)``, 0 on masked entries) when given."""
-    rows = s.shape[0]
-    off = s[:, :k]  # s_1..s_K: the prefix offsets, finite (k <= #finite)
-    off_b = xp.flip(off, axis=1)  # s_K..s_1: the suffix's, s_{K-m+1} at m = 1..K
-    start = xp.concat([_zeros(xp, s, (rows, 1)), _ninf(xp, s, (rows, k))], axis=1)
-    dstart = _zeros(xp, s, (rows, k + 1))
-    s_t = xp.permute_dims(s, (1, 0))  # (n, B): one entry per step
+def _program(xp: Any, lp: Array, lq: Array, k: int, ds: Array | None, scan: Scan) -> tuple[Array, Array | None]:
+    """``(log p - log q, dp)`` from the log draw probabilities ``lp = log pi``, ``lq = log(1 - pi)``
+    (``(B, n)``; ``-inf`` and 0 on masked entries), ``dp`` the tangent along ``ds`` (``(B, n)``, 0 on
+    masked entries) when given (``d lp = (1 - pi) ds``, ``d lq = -pi ds``: the tilt is held fixed,
+    as the result does not depend on it)."""
+    rows = lp.shape[0]
+    start = xp.concat([_zeros(xp, lp, (rows, 1)), _ninf(xp, lp, (rows, k))], axis=1)
+    dstart = _zeros(xp, lp, (rows, k + 1))
     tangent = ds is not None
-    # carries and scanned inputs hold the tangents only when asked: (a,) or (a, da), (s,) or (s, ds)
-    steps = (s_t, xp.permute_dims(ds, (1, 0))) if ds is not None else (s_t,)
+    cols: tuple[Array, ...] = (lp, lq)
+    if ds is not None:
+        cols = (lp, lq, xp.exp(lq) * ds, -xp.exp(lp) * ds)
+    # carries and scanned inputs hold the tangents only when asked: (a,) or (a, da)
+    steps = tuple(xp.permute_dims(c, (1, 0)) for c in cols)  # (n, B): one entry per step
     init = (start, dstart) if tangent else (start,)
 
     # the prefix before every entry: a_t (and its tangent) for t = 0..n-1
     def forward_step(carry: Any, x: Any) -> tuple[Any, Any]:
-        a, da = carry if tangent else (carry[0], None)
-        nxt, dnxt = _step(xp, a, da, x[0][:, None], off, x[1][:, None] if tangent else None)
-        return ((nxt, dnxt), (a, da)) if tangent else ((nxt,), (a,))
+        if not tangent:
+            return (_step(xp, carry[0], None, x)[0],), carry
+        return _step(xp, carry[0], carry[1], x), carry
 
     _, prefix = scan(forward_step, init, steps)
 
     # the suffix after every entry, from the last: log N_t, log M_t (and their tangents) on the way
     def backward_step(carry: Any, x: Any) -> tuple[Any, Any]:
-        b, db = carry if tangent else (carry[0], None)
-        st = x[0]
-        a_t = x[2] if tangent else x[1]
+        b = carry[0]
+        a_t = x[4] if tangent else x[2]
         b_rev = xp.flip(b, axis=1)  # b_rev[j] = b(K - j)
-        en = (st[:, None] - off) + a_t[:, :k] + b_rev[:, 1:]  # log N_t's terms j = 0..K-1 (offsets cancel)
-        em = a_t + b_rev  # log M_t's terms j = 0..K
+        en = a_t[:, :k] + b_rev[:, 1:]  # N_t / pi_t: j drawn before t, K - 1 - j after
+        em = a_t + b_rev  # M_t / (1 - pi_t): K drawn without t
         ln, lm = _lse(xp, en), _lse(xp, em)
+        diff = (x[0] + ln) - (x[1] + lm)
         if not tangent:
-            nxt, _ = _step(xp, b, b, st[:, None], off_b, None)
-            return (nxt,), (ln, lm)
-        dst, da_t = x[1], x[3]
-        db_rev = xp.flip(db, axis=1)
-        d_ln = dst + xp.sum(_weight(xp, en, ln[:, None]) * (da_t[:, :k] + db_rev[:, 1:]), axis=1)
+            return (_step(xp, b, None, x)[0],), (diff,)
+        da_t, db_rev = x[5], xp.flip(carry[1], axis=1)
+        d_ln = xp.sum(_weight(xp, en, ln[:, None]) * (da_t[:, :k] + db_rev[:, 1:]), axis=1)
         d_lm = xp.sum(_weight(xp, em, lm[:, None]) * (da_t + db_rev), axis=1)
-        nxt, dnxt = _step(xp, b, db, st[:, None], off_b, dst[:, None])
-        return (nxt, dnxt), (ln, lm, d_ln - d_lm)
+        return _step(xp, b, carry[1], x), (diff, (x[2] + d_ln) - (x[3] + d_lm))
 
     _, outs = scan(backward_step, init, tuple(xp.flip(a, axis=0) for a in (*steps, *prefix)))
-    log_n, log_m, *rest = (xp.permute_dims(xp.flip(a, axis=0), (1, 0)) for a in outs)
-    diff = log_n - log_m
-    zero = xp.zeros_like(diff)
-    log_p = -xp.logaddexp(zero, -diff)
-    log_q = -xp.logaddexp(zero, diff)
-    if not tangent:
-        return log_p, log_q, None
-    # p = N / (N + M): dp = p q (d log N - d log M), no cancellation against p or q
-    pq = xp.exp(log_p + log_q)
-    return log_p, log_q, xp.where(pq > 0, pq * rest[0], zero)
+    diff, *rest = (xp.permute_dims(xp.flip(a, axis=0), (1, 0)) for a in outs)
+    return diff, (rest[0] if tangent else None)
 
 
-def _step(xp: Any, a: Array, da: Array, si: Array, off: Array, dsi: Array | None) -> tuple[Array, Array]:
-    """One entry ``si`` (``(B, 1)``) into a table row ``a`` (``(B, K + 1)``) and its tangent:
-    ``a(j) <- logaddexp(a(j), (si - off(j)) + a(j - 1))``, ``j = 1..K``."""
-    old = a[:, 1:]
-    new = (si - off) + a[:, :-1]
+def _step(xp: Any, a: Array, da: Array | None, x: Any) -> tuple[Array, Array]:
+    """One entry into a table row ``a`` (``(B, K + 1)``: ``log P(j drawn)``) and its tangent:
+    ``a(j) <- logaddexp(a(j) + lq, a(j - 1) + lp)``; ``x = (lp, lq[, d lp, d lq])``, ``(B,)`` each."""
+    lp, lq = x[0][:, None], x[1][:, None]
+    old = a[:, 1:] + lq
+    new = a[:, :-1] + lp
     cur = xp.logaddexp(old, new)
-    one = a[:, :1]
-    out = xp.concat([one, cur], axis=1)
-    if dsi is None:
-        return out, da
+    out = xp.concat([a[:, :1] + lq, cur], axis=1)
+    if da is None:
+        return out, out
+    dlp, dlq = x[2][:, None], x[3][:, None]
     # d logaddexp(old, new) = u d(old) + v d(new), u, v in [0, 1]; 0 where the entry is -inf
     u, v = _weight(xp, old, cur), _weight(xp, new, cur)
-    dcur = u * da[:, 1:] + v * (dsi + da[:, :-1])
-    return out, xp.concat([da[:, :1], dcur], axis=1)
+    dcur = u * (da[:, 1:] + dlq) + v * (da[:, :-1] + dlp)
+    return out, xp.concat([da[:, :1] + dlq, dcur], axis=1)
 
 
-def _sorted(xp: Any, z: Array) -> tuple[Array, Array, Array]:
-    """``(s, order, inverse)``: the rows sorted decreasingly (masked ``-inf`` last), the order and
-    its inverse permutation (``take_along_axis(s, inverse) == z``)."""
-    order = xp.argsort(z, axis=1, descending=True, stable=True)
-    inverse = xp.argsort(order, axis=1)
-    return xp.take_along_axis(z, order, axis=1), order, inverse
+def _sigmoid(xp: Any, t: Array) -> Array:
+    """``1 / (1 + e^-t)`` without overflow (0 at ``t = -inf``)."""
+    e = xp.exp(-xp.abs(t))
+    return xp.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _tilt(xp: Any, z: Array, k: int) -> tuple[Array, Array]:
+    """``(lambda, c)``: a tilt ``lambda`` per row with ``sum sigmoid(z - lambda)`` near ``k``: from the midpoint of the
+    k-th and (k+1)-th largest entries, :data:`TILT_STEPS` Newton steps of at most
+    :data:`TILT_MOVE` each. Any finite tilt gives the same weights; a good one keeps the table's
+    relevant log-probabilities small (rounding relative to ``log C(n, k)`` otherwise). ``c`` is
+    ``lambda`` clipped to the k-th and (k+1)-th largest entries: a centre within the row (``lambda``
+    may lie ``log(n / k)`` outside it) for ``g_tau``."""
+    n = z.shape[1]
+    s = xp.sort(z, axis=1, descending=True)
+    sk = s[:, k - 1]
+    below = s[:, k] if k < n else xp.full_like(sk, -xp.inf)
+    lam = xp.where(xp.isfinite(below), (sk + below) / 2, sk - 1.0)
+    tiny = xp.finfo(z.dtype).smallest_normal
+    for _ in range(TILT_STEPS):
+        pi = _sigmoid(xp, z - lam[:, None])
+        mean = xp.sum(pi, axis=1)
+        var = xp.sum(pi * _sigmoid(xp, lam[:, None] - z), axis=1)
+        lam = lam + xp.clip((mean - k) / xp.maximum(var, tiny), -TILT_MOVE, TILT_MOVE)
+    return lam, xp.minimum(xp.maximum(lam, below), sk)
 
 
 def grad_forward(xp: Any, z: Array, fin: Array, k: int, tau: Array,
                  scan: Scan | None = None) -> tuple[Array, tuple[Array, ...]]:
-    """``(p, (s, order, inverse, tau, top))``: GradTopK weights of ``z = (x - max x) / tau`` and what
-    :func:`grad_backward` needs: the sorted rows, the permutations, and ``top = s[:, :k]`` (its
-    shape gives :func:`grad_backward` the static ``k``)."""
-    s, order, inverse = _sorted(xp, z)
-    log_p, _, _ = _program(xp, s, k, None, scan or python_scan(xp))
-    p = xp.take_along_axis(xp.exp(log_p), inverse, axis=1)
-    return xp.where(fin, p, xp.zeros_like(p)), (s, order, inverse, tau, s[:, :k])
+    """``(p, (z, tau, lam, c))``: GradTopK weights of ``z = (x - max x) / tau`` and what
+    :func:`grad_backward` needs: the tilt ``lam`` and the centre ``c`` (:func:`_tilt`), the latter
+    of shape ``(B, k)`` (one column repeated: its shape gives :func:`grad_backward` the static ``k``)."""
+    lam, c = _tilt(xp, z, k)
+    t = z - lam[:, None]
+    zero = xp.zeros_like(t)
+    diff, _ = _program(xp, -xp.logaddexp(zero, -t), -xp.logaddexp(zero, t), k, None, scan or python_scan(xp))
+    p = _sigmoid(xp, diff)
+    return xp.where(fin, p, zero), (z, tau, lam, xp.broadcast_to(c[:, None], (z.shape[0], k)))
 
 
 def grad_backward(xp: Any, residuals: tuple[Array, ...], g: Array,
                   scan: Scan | None = None) -> tuple[Array, Array, Array]:
     """``(g_x, 0, g_tau)``: ``g_x = J_z g / tau`` (the Jacobian is symmetric: a tangent along
-    ``g``) and ``g_tau = -(J_z g) . (z - s_k) / tau`` (``J_z g`` sums to 0, so the shift by the
-    k-th largest ``s_k`` changes nothing but the rounding: no cancellation against far entries)."""
-    s, order, inverse, tau, top = residuals
-    k = top.shape[1]
-    fin = xp.isfinite(s)
-    zero = xp.zeros_like(s)
-    gs = xp.where(fin, xp.take_along_axis(g, order, axis=1), zero)
-    _, _, dp = _program(xp, s, k, gs, scan or python_scan(xp))
-    assert dp is not None
-    dp = xp.where(fin, dp, zero)
-    t = xp.where(fin, s - top[:, k - 1 :], zero)
-    g_tau = -xp.sum(dp * t, axis=1) / tau
-    gx = xp.take_along_axis(dp, inverse, axis=1) / tau[:, None]
-    return gx, xp.zeros_like(g_tau), g_tau
+    ``g``) and ``g_tau = -(J_z g) . (z - c) / tau`` (``J_z g`` sums to 0, so the shift by ``c``,
+    between the k-th and (k+1)-th largest entries, changes nothing but the rounding: no
+    cancellation against far entries)."""
+    z, tau, lam, cs = residuals
+    k = cs.shape[1]
+    fin = xp.isfinite(z)
+    zero = xp.zeros_like(z)
+    t = z - lam[:, None]
+    gz = xp.where(fin, g, zero)
+    diff, dlog = _program(xp, -xp.logaddexp(zero, -t), -xp.logaddexp(zero, t), k, gz, scan or python_scan(xp))
+    assert dlog is not None
+    # p = sigmoid(diff): dp = p q d(diff), no cancellation against p or q
+    pq = _sigmoid(xp, diff) * _sigmoid(xp, -diff)
+    dp = xp.where(fin & (pq > 0), pq * dlog, zero)
+    g_tau = -xp.sum(dp * xp.where(fin, z - cs[:, :1], zero), axis=1) / tau
+    return dp / tau[:, None], xp.zeros_like(g_tau), g_tau
