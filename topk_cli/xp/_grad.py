@@ -31,7 +31,7 @@ cost is O(n k), not O(n min(k, n - k)). No value is read back to the host.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from topk_cli.xp._common import Array, device
 
@@ -64,21 +64,29 @@ def _lse(xp: Any, a: Array) -> Array:
     return xp.where(ok, safe + xp.log(xp.where(ok, total, xp.ones_like(total))), top)
 
 
-#: ``scan(step, carry, xs) -> (carry, ys)`` with the semantics of ``jax.lax.scan``: ``xs`` a tuple
-#: of arrays with a leading axis of length ``n``, ``step(carry, x) -> (carry, y)`` called on their
-#: slices in order, ``ys`` the tuple of ``y``'s arrays stacked on a new leading axis.
-Scan = Callable[[Callable[[Any, Any], tuple[Any, Any]], Any, Any], tuple[Any, Any]]
+class Scan(Protocol):
+    """``scan(step, carry, xs, reverse=False) -> (carry, ys)`` with the semantics of
+    ``jax.lax.scan``: ``xs`` a tuple of arrays with a leading axis of length ``n``,
+    ``step(carry, x) -> (carry, y)`` called on their slices in order (from the last with
+    ``reverse``), ``ys`` the tuple of ``y``'s arrays stacked on a new leading axis, in ``xs``'s order."""
+
+    def __call__(self, f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, *,
+                 reverse: bool = False) -> tuple[Any, Any]: ...
 
 
 def python_scan(xp: Any) -> Scan:
     """A Python loop with :data:`Scan`'s semantics (the default): ``n`` steps, unrolled under a
     tracer. ``jax.lax.scan`` computes the same and keeps a ``jax.jit`` graph small (one step)."""
 
-    def scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tuple[Any, Any]:
-        ys = []
-        for i in range(xs[0].shape[0]):
-            carry, y = step(carry, tuple(x[i, ...] for x in xs))
+    def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, *,
+             reverse: bool = False) -> tuple[Any, Any]:
+        n = xs[0].shape[0]
+        carry, ys = init, []
+        for i in range(n - 1, -1, -1) if reverse else range(n):
+            carry, y = f(carry, tuple(x[i, ...] for x in xs))
             ys.append(y)
+        if reverse:
+            ys.reverse()
         return carry, tuple(xp.stack([y[j] for y in ys], axis=0) for j in range(len(ys[0])))
 
     return scan
@@ -124,8 +132,8 @@ def _program(xp: Any, lp: Array, lq: Array, k: int, ds: Array | None, scan: Scan
         d_lm = xp.sum(_weight(xp, em, lm[:, None]) * (da_t + db_rev), axis=1)
         return _step(xp, b, carry[1], x), (diff, (x[2] + d_ln) - (x[3] + d_lm))
 
-    _, outs = scan(backward_step, init, tuple(xp.flip(a, axis=0) for a in (*steps, *prefix)))
-    diff, *rest = (xp.permute_dims(xp.flip(a, axis=0), (1, 0)) for a in outs)
+    _, outs = scan(backward_step, init, (*steps, *prefix), reverse=True)
+    diff, *rest = (xp.permute_dims(a, (1, 0)) for a in outs)
     return diff, (rest[0] if tangent else None)
 
 
