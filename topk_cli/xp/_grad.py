@@ -48,20 +48,15 @@ def _zeros(xp: Any, like: Array, shape: tuple[int, ...]) -> Array:
     return xp.zeros(shape, dtype=like.dtype, device=device(like))
 
 
-def _weight(xp: Any, num: Array, den: Array) -> Array:
-    """``exp(num - den)``, 0 where ``den`` is ``-inf`` (an empty sum: no weight, no derivative)."""
-    ok = xp.isfinite(den)
-    safe = xp.where(ok, den, xp.zeros_like(den))
-    return xp.where(ok, xp.exp(num - safe), xp.zeros_like(num))
-
-
-def _lse(xp: Any, a: Array) -> Array:
-    """``log sum exp`` over axis 1; ``-inf`` for a row of ``-inf`` (no NaN)."""
+def _lse(xp: Any, a: Array) -> tuple[Array, Array]:
+    """``(log sum exp, softmax)`` over axis 1; ``-inf`` and weights 0 for a row of ``-inf`` (an
+    empty sum: no weight, no derivative; no NaN)."""
     top = xp.max(a, axis=1)
     ok = xp.isfinite(top)
     safe = xp.where(ok, top, xp.zeros_like(top))
-    total = xp.sum(xp.exp(a - safe[:, None]), axis=1)  # >= 1 where ok (the top term is 1)
-    return xp.where(ok, safe + xp.log(xp.where(ok, total, xp.ones_like(total))), top)
+    e = xp.exp(a - safe[:, None])  # 0 on a row of -inf
+    total = xp.where(ok, xp.sum(e, axis=1), xp.ones_like(top))  # >= 1 where ok (the top term is 1)
+    return xp.where(ok, safe + xp.log(total), top), e / total[:, None]
 
 
 class Scan(Protocol):
@@ -123,13 +118,13 @@ def _program(xp: Any, lp: Array, lq: Array, k: int, ds: Array | None, scan: Scan
         b_rev = xp.flip(b, axis=1)  # b_rev[j] = b(K - j)
         en = a_t[:, :k] + b_rev[:, 1:]  # N_t / pi_t: j drawn before t, K - 1 - j after
         em = a_t + b_rev  # M_t / (1 - pi_t): K drawn without t
-        ln, lm = _lse(xp, en), _lse(xp, em)
+        (ln, wn), (lm, wm) = _lse(xp, en), _lse(xp, em)
         diff = (x[0] + ln) - (x[1] + lm)
         if not tangent:
             return (_step(xp, b, None, x)[0],), (diff,)
         da_t, db_rev = x[5], xp.flip(carry[1], axis=1)
-        d_ln = xp.sum(_weight(xp, en, ln[:, None]) * (da_t[:, :k] + db_rev[:, 1:]), axis=1)
-        d_lm = xp.sum(_weight(xp, em, lm[:, None]) * (da_t + db_rev), axis=1)
+        d_ln = xp.sum(wn * (da_t[:, :k] + db_rev[:, 1:]), axis=1)
+        d_lm = xp.sum(wm * (da_t + db_rev), axis=1)
         return _step(xp, b, carry[1], x), (diff, (x[2] + d_ln) - (x[3] + d_lm))
 
     _, outs = scan(backward_step, init, (*steps, *prefix), reverse=True)
@@ -143,13 +138,23 @@ def _step(xp: Any, a: Array, da: Array | None, x: Any) -> tuple[Array, Array]:
     lp, lq = x[0][:, None], x[1][:, None]
     old = a[:, 1:] + lq
     new = a[:, :-1] + lp
-    cur = xp.logaddexp(old, new)
-    out = xp.concat([a[:, :1] + lq, cur], axis=1)
     if da is None:
+        out = xp.concat([a[:, :1] + lq, xp.logaddexp(old, new)], axis=1)
         return out, out
+    # logaddexp(old, new) = hi + log1p(e), e = e^{lo - hi}, with the weights of its derivative
+    # u d(old) + v d(new) from the same e: 1 / (1 + e) for the larger term, e / (1 + e) for the
+    # other (both relatively accurate), 0 where both terms are -inf (no derivative)
+    hi, lo = xp.maximum(old, new), xp.minimum(old, new)
+    ok = xp.isfinite(hi)
+    e = xp.exp(lo - xp.where(ok, hi, xp.zeros_like(hi)))  # 0 where lo is -inf
+    cur = hi + xp.log1p(e)
+    zero = xp.zeros_like(e)
+    big = xp.where(ok, 1.0 / (1.0 + e), zero)
+    small = e * big
+    newer = new > old
+    u, v = xp.where(newer, small, big), xp.where(newer, big, small)
+    out = xp.concat([a[:, :1] + lq, cur], axis=1)
     dlp, dlq = x[2][:, None], x[3][:, None]
-    # d logaddexp(old, new) = u d(old) + v d(new), u, v in [0, 1]; 0 where the entry is -inf
-    u, v = _weight(xp, old, cur), _weight(xp, new, cur)
     dcur = u * (da[:, 1:] + dlq) + v * (da[:, :-1] + dlp)
     return out, xp.concat([da[:, :1] + dlq, dcur], axis=1)
 
