@@ -749,9 +749,10 @@ def compute(
     """Soft top-k weights of every vector in INPUT, one column per method (default thre-laplace).
 
     Exit code 1 when a method failed numerically on some row (e.g. grad-recursive); the other
-    rows and methods are still printed, and stderr names the failed rows. --samples, --seed,
-    --max-iter and --tol go to the selected methods that take them ('softtopk methods' lists
-    each method's parameters); naming one that no selected method takes is an error.
+    rows and methods are still printed, and stderr names the failed rows. Method parameters
+    (--samples, --seed, --max-iter, --tol, --noise, --iterations) go to the selected methods that
+    take them ('softtopk methods' lists each method's parameters); naming one that no selected
+    method takes is an error.
     """
     from topk_cli.api import DEFAULT_METHOD
     from topk_cli.comparison import build_compute_report
