@@ -119,7 +119,8 @@ def is_number(value: object) -> bool:
     if isinstance(value, (int, float)):
         return True
     kind = getattr(getattr(value, "dtype", None), "kind", None)  # numpy scalars, without importing numpy
-    return type(value).__module__ == "numpy" and getattr(value, "shape", None) == () and kind in ("i", "u", "f")
+    cls = type(value)
+    return cls.__module__ == "numpy" and cls.__name__ != "ndarray" and kind in ("i", "u", "f")
 
 
 def scalar_k(k: object, method: str, n: int) -> int | float:
