@@ -1,0 +1,77 @@
+"""The drop-in operators' maths written once, against the Python array API standard.
+
+:func:`forward` and :func:`backward` take ``(B, n)`` arrays of any array-API namespace (numpy through
+``array_api_compat.numpy``, PyTorch, ``jax.numpy``) in float32 or float64, compute on the input's
+device in its dtype, and never read a value back to the host, so they run under ``jax.jit`` and on
+accelerators. The adapters (``topk_cli.frameworks``) validate and shape the inputs (last axis, batch
+flattened to B rows) and wire :func:`backward` into their autodiff; these functions do maths only.
+The numpy engine (``topk_cli.operators``) stays the reference they are tested against.
+
+Conventions: ``x`` may hold ``-inf`` (masked: weight exactly 0; ``k`` counts unmasked entries only);
+``k`` and ``tau`` are ``(B,)`` arrays of ``x``'s dtype, ``tau > 0``, ``0 < k <= #unmasked`` (an integer
+``k`` for ``grad``). ``z = (x - max x) / tau`` per row.
+"""
+
+from __future__ import annotations
+
+from topk_cli.xp._common import Array, namespace, scaled
+from topk_cli.xp._hard import hard_backward, hard_forward
+from topk_cli.xp._threshold import SOLVERS, threshold_backward, threshold_forward
+
+#: The methods these functions compute.
+DROPIN_METHODS: tuple[str, ...] = ("hard", "thre-exp", "thre-laplace", "thre-sigmoid", "thre-clip", "thre-cube", "grad")
+#: Those that take a real ``k`` (and one per row); ``grad`` takes an integer ``k`` only.
+REAL_K_METHODS: tuple[str, ...] = ("hard", "thre-exp", "thre-laplace", "thre-sigmoid", "thre-clip", "thre-cube")
+
+
+def _check_method(method: str, st_method: str | None) -> None:
+    if method not in DROPIN_METHODS:
+        raise ValueError(f"unknown method {method!r}; the array-API core computes {', '.join(DROPIN_METHODS)}")
+    if st_method is not None:
+        if method != "hard":
+            raise ValueError(f"st_method is for method 'hard' only, got method {method!r}")
+        if st_method not in DROPIN_METHODS or st_method == "hard":
+            raise ValueError(f"st_method must be a soft method of {', '.join(DROPIN_METHODS[1:])}, got {st_method!r}")
+
+
+def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | None = None) -> tuple[Array, tuple[Array, ...]]:
+    """``(p, residuals)`` of ``method`` on the rows of ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
+
+    ``p`` has ``x``'s shape and dtype; ``residuals`` is a tuple of arrays, what :func:`backward`
+    needs. ``st_method`` (``method="hard"`` only): the soft method whose gradient a straight-through
+    estimator uses; then the residuals are that method's.
+    """
+    _check_method(method, st_method)
+    xp = namespace(x, k, tau)
+    z, fin, _ = scaled(xp, x, tau)
+    if method == "hard":
+        p, residuals = hard_forward(xp, z, fin, k)
+        if st_method is not None:
+            _, residuals = forward(x, k, tau, st_method)
+        return p, residuals
+    if method in SOLVERS:
+        return threshold_forward(xp, method, z, fin, k, tau)
+    raise NotImplementedError(f"method {method!r} is not implemented yet in the array-API core")
+
+
+def backward(method: str, residuals: tuple[Array, ...], g: Array, *,
+             st_method: str | None = None) -> tuple[Array, Array, Array]:
+    """``(g_x, g_k, g_tau)``: the vector-Jacobian products of :func:`forward`'s ``p`` with the
+    cotangent ``g`` (``(B, n)``) with respect to ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
+
+    ``g_k`` is 0 for ``grad`` (integer k). ``hard`` is piecewise constant in ``x`` and ``tau`` (``g_x``
+    and ``g_tau`` are 0) and piecewise linear in ``k``: ``g_k = sum_at g / #at`` over the entries
+    tied at the cut (from below at an integer k), as the numpy engine's ``dp/dk``. With ``st_method`` the products are that method's
+    (straight-through: hard forward, soft backward).
+    """
+    _check_method(method, st_method)
+    xp = namespace(g, *residuals)
+    name = st_method if st_method is not None else method
+    if name == "hard":
+        return hard_backward(xp, residuals, g)
+    if name in SOLVERS:
+        return threshold_backward(xp, residuals, g)
+    raise NotImplementedError(f"method {name!r} is not implemented yet in the array-API core")
+
+
+__all__ = ["DROPIN_METHODS", "REAL_K_METHODS", "backward", "forward"]

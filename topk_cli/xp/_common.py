@@ -1,0 +1,78 @@
+"""Shared helpers of the array-API core: namespaces, gathers, counts, the breakpoint search.
+
+Everything here takes a namespace ``xp`` (from :func:`array_api_compat.array_namespace`) and
+arrays of that namespace; nothing converts to numpy or reads a value back to the host, so the
+same code runs on numpy, PyTorch and ``jax.numpy`` arrays (also under ``jax.jit``: loops run a
+count fixed by the shapes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import array_api_compat
+
+Array = Any
+
+
+def namespace(*arrays: Array) -> Any:
+    """The array-API namespace of ``arrays`` (numpy arrays get ``array_api_compat.numpy``)."""
+    return array_api_compat.array_namespace(*arrays)
+
+
+def device(x: Array) -> Any:
+    return array_api_compat.device(x)
+
+
+def index_dtype(xp: Any, x: Array) -> Any:
+    """The namespace's default index dtype on ``x``'s device (int64, or int32 in JAX without x64)."""
+    return xp.__array_namespace_info__().default_dtypes(device=device(x))["indexing"]
+
+
+def take(xp: Any, a: Array, idx: Array) -> Array:
+    """``a[b, idx[b]]`` for every row ``b`` (``a`` of shape ``(B, n)``, ``idx`` of shape ``(B,)``)."""
+    return xp.take_along_axis(a, idx[:, None], axis=1)[:, 0]
+
+
+def count(xp: Any, mask: Array, dtype: Any) -> Array:
+    """``#True`` per row of a ``(B, n)`` mask, in ``dtype``."""
+    return xp.sum(xp.astype(mask, dtype), axis=1)
+
+
+def positions(xp: Any, x: Array, n: int) -> Array:
+    """``[0, 1, ..., n - 1]`` as a ``(1, n)`` index row on ``x``'s device."""
+    return xp.arange(n, dtype=index_dtype(xp, x), device=device(x))[None, :]
+
+
+def safe_max(xp: Any, a: Array) -> Array:
+    """Row maxima of ``a`` with rows that are entirely ``-inf`` given 0 (a shift that changes nothing)."""
+    top = xp.max(a, axis=1)
+    return xp.where(xp.isfinite(top), top, xp.zeros_like(top))
+
+
+def search(xp: Any, count_finite: Array, size: int, below: Callable[[Array], Array], idx_like: Array) -> Array:
+    """``#{j < count_finite : below(j)}`` per row, for a predicate ``below(j)`` (``(B,)`` int -> ``(B,)``
+    bool) that holds for ``j`` under some per-row bound and fails above it: a binary search of
+    ``ceil(log2(size + 1))`` steps (static), each evaluating ``below`` once on every row.
+    """
+    lo = xp.zeros_like(count_finite)
+    hi = count_finite
+    for _ in range(max(1, math.ceil(math.log2(size + 1)))):
+        mid = (lo + hi) // 2
+        active = lo < hi
+        ok = below(xp.minimum(mid, size - 1))
+        lo = xp.where(active & ok, mid + 1, lo)
+        hi = xp.where(active & ~ok, mid, hi)
+    return lo
+
+
+def scaled(xp: Any, x: Array, tau: Array) -> tuple[Array, Array, Array]:
+    """``(z, finite, z0)``: ``z = (x - max x) / tau`` per row (``-inf`` on masked entries), the mask of
+    unmasked entries and ``z`` with masked entries set to 0 (for products such as ``g . z``)."""
+    fin = xp.isfinite(x)
+    top = safe_max(xp, x)
+    z = (x - top[:, None]) / tau[:, None]
+    z0 = xp.where(fin, z, xp.zeros_like(z))
+    return z, fin, z0

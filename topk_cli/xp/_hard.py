@@ -1,0 +1,33 @@
+"""The hard top-k ``T_k`` on any array-API namespace, as the numpy engine defines it
+(:mod:`topk_cli.operators.hard`): with ``c = ceil(k)``, weight 1 above the c-th largest value and
+the remaining mass ``k - #above`` shared equally by the entries equal to it (computed on
+``z = (x - max x) / tau``, as the engine does). Piecewise constant in ``x`` and ``tau``; piecewise
+linear in ``k``: ``dT_k/dk = 1 / #at`` on the at-group (from below at an integer k)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from topk_cli.xp._common import Array, index_dtype, take
+
+
+def hard_forward(xp: Any, z: Array, fin: Array, k: Array) -> tuple[Array, tuple[Array, ...]]:
+    """``(p, (w,))`` with ``w = dp/dk``."""
+    s = xp.sort(z, axis=1, descending=True)
+    n = z.shape[1]
+    c = xp.astype(xp.clip(xp.ceil(k), 1, n), index_dtype(xp, z)) - 1
+    cut = take(xp, s, c)
+    above = fin & (z > cut[:, None])
+    at = fin & (z == cut[:, None])
+    n_above = xp.sum(xp.astype(above, z.dtype), axis=1)
+    n_at = xp.sum(xp.astype(at, z.dtype), axis=1)
+    zeros = xp.zeros_like(z)
+    w = xp.where(at, xp.ones_like(z), zeros) / n_at[:, None]
+    p = xp.where(above, xp.ones_like(z), (k - n_above)[:, None] * w)
+    return p, (w,)
+
+
+def hard_backward(xp: Any, residuals: tuple[Array, ...], g: Array) -> tuple[Array, Array, Array]:
+    (w,) = residuals
+    gk = xp.sum(w * g, axis=1)
+    return xp.zeros_like(g), gk, xp.zeros_like(gk)

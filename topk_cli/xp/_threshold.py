@@ -1,0 +1,450 @@
+"""The threshold operators ``p_i = f(z_i - lambda)``, ``sum p = k``, on any array-API namespace.
+
+``z = (x - max x) / tau`` row by row; ``lambda`` is found in two stages, both with iteration counts
+fixed by the shapes (so ``jax.jit`` traces them):
+
+1. the interval between consecutive breakpoints of ``f`` (entries ``z_j``, and ``z_j - 1`` for the
+   clipped links) that holds ``lambda``: ``G(lambda) = sum_i f(z_i - lambda)`` decreases, so a binary
+   search over the sorted breakpoints (``ceil(log2(#breakpoints + 1))`` evaluations of ``G``) finds it;
+2. ``lambda`` on that interval: closed forms for ``exp`` (the smallest of the branch roots
+   ``lambda_m`` of the branches next to the interval: ``lambda = min_m lambda_m`` since
+   ``f = min(1, e^t)``) and ``laplace`` (the root of the interval's branch), the
+   linear root for ``clip``, Newton for ``cube`` (on ``(sum_F (z_i - lambda)^3)^{1/3}``, convex on the
+   interval, from its left end) and for ``sigmoid`` (from the ``laplace`` threshold, within ``log 2``
+   of it, with a residual split by sides so that it keeps its digits where every ``f'`` underflows).
+
+Every ``t = z - lambda`` is formed relative to an entry near ``lambda`` (``t = (z - z_r) + shift``),
+so it keeps full precision at large ``|z|``. The VJP (implicit function theorem) uses ``d = f'(t)``:
+``g_z = d (g - w . g)``, ``g_k = w . g`` with ``w = dp/dk = d / sum d`` computed as
+``exp(log d - max log d)`` normalised (finite where every ``d`` underflows), ``g_x = g_z / tau`` and
+``g_tau = -(g_z . z) / tau``. Rows with ``k = #unmasked`` (every weight 1) have ``d = 0`` and the
+one-sided ``dp/dk`` from below of the numpy engine (:func:`topk_cli.operators.threshold.threshold_dk`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from topk_cli.xp._common import Array, count, index_dtype, positions, search, take
+
+_LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One threshold method: ``f``, ``f'`` and ``log f'`` (up to a constant) of ``t = z - lambda``
+    (``t = -inf`` on masked entries), and the limit of ``dp/dk`` on rows with ``k = #unmasked``
+    (``"lowest"``: uniform over the smallest entries; ``"softmin"``: ``e^{-z}`` normalised)."""
+
+    f: Callable[[Any, Array], Array]
+    d: Callable[[Any, Array], Array]
+    log_d: Callable[[Any, Array], Array]
+    full: str
+
+
+def _neg_inf(xp: Any, t: Array) -> Array:
+    return xp.full_like(t, -math.inf)
+
+
+def _exp_f(xp: Any, t: Array) -> Array:
+    return xp.exp(xp.minimum(t, xp.zeros_like(t)))
+
+
+def _exp_d(xp: Any, t: Array) -> Array:
+    return xp.where(t < 0, xp.exp(xp.minimum(t, xp.zeros_like(t))), xp.zeros_like(t))
+
+
+def _exp_log_d(xp: Any, t: Array) -> Array:
+    return xp.where(t < 0, t, _neg_inf(xp, t))  # the kink t = 0 counts as saturated (d = 0)
+
+
+def _laplace_f(xp: Any, t: Array) -> Array:
+    e = xp.exp(-xp.abs(t))
+    return xp.where(t >= 0, 1 - e / 2, e / 2)
+
+
+def _laplace_d(xp: Any, t: Array) -> Array:
+    return xp.exp(-xp.abs(t)) / 2
+
+
+def _laplace_log_d(xp: Any, t: Array) -> Array:
+    return -xp.abs(t)
+
+
+def _sigmoid_f(xp: Any, t: Array) -> Array:
+    e = xp.exp(-xp.abs(t))
+    return xp.where(t >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _sigmoid_d(xp: Any, t: Array) -> Array:
+    e = xp.exp(-xp.abs(t))
+    return e / ((1 + e) * (1 + e))
+
+
+def _sigmoid_log_d(xp: Any, t: Array) -> Array:
+    return -xp.abs(t) - 2 * xp.log1p(xp.exp(-xp.abs(t)))
+
+
+def _free(t: Array) -> Array:
+    return (t > 0) & (t < 1)
+
+
+def _clip_f(xp: Any, t: Array) -> Array:
+    return xp.clip(t, 0.0, 1.0)
+
+
+def _clip_d(xp: Any, t: Array) -> Array:
+    return xp.where(_free(t), xp.ones_like(t), xp.zeros_like(t))
+
+
+def _clip_log_d(xp: Any, t: Array) -> Array:
+    return xp.where(_free(t), xp.zeros_like(t), _neg_inf(xp, t))
+
+
+def _cube_f(xp: Any, t: Array) -> Array:
+    c = xp.clip(t, 0.0, 1.0)
+    return c * c * c
+
+
+def _cube_d(xp: Any, t: Array) -> Array:
+    return xp.where(_free(t), 3 * t * t, xp.zeros_like(t))
+
+
+def _cube_log_d(xp: Any, t: Array) -> Array:
+    free = _free(t)
+    return xp.where(free, 2 * xp.log(xp.where(free, t, xp.ones_like(t))), _neg_inf(xp, t))
+
+
+LINKS: dict[str, Link] = {
+    "thre-exp": Link(_exp_f, _exp_d, _exp_log_d, "lowest"),
+    "thre-laplace": Link(_laplace_f, _laplace_d, _laplace_log_d, "softmin"),
+    "thre-sigmoid": Link(_sigmoid_f, _sigmoid_d, _sigmoid_log_d, "softmin"),
+    "thre-clip": Link(_clip_f, _clip_d, _clip_log_d, "lowest"),
+    "thre-cube": Link(_cube_f, _cube_d, _cube_log_d, "lowest"),
+}
+
+
+@dataclass
+class _Rows:
+    """What every solver needs of the batch: ``z`` sorted descending (``s``), counts, ``k``."""
+
+    xp: Any
+    z: Array  # (B, n), -inf masked
+    fin: Array  # (B, n) bool
+    s: Array  # (B, n) z sorted descending (masked last)
+    nfin: Array  # (B,) index dtype: unmasked entries
+    k: Array  # (B,) float
+    pos: Array  # (1, n) index positions
+
+
+def _rows(xp: Any, z: Array, fin: Array, k: Array) -> _Rows:
+    idx = index_dtype(xp, z)
+    s = xp.sort(z, axis=1, descending=True)
+    return _Rows(xp, z, fin, s, count(xp, fin, idx), k, positions(xp, z, z.shape[1]))
+
+
+def _as_float(xp: Any, a: Array, like: Array) -> Array:
+    return xp.astype(a, like.dtype)
+
+
+def _entry_search(r: _Rows, link: Link) -> Array:
+    """``j* = #{j : G(s_j) < k}`` (``s_j`` the sorted unmasked entries): ``lambda`` lies in
+    ``[s_{j*}, s_{j*-1})``, and ``j*`` entries lie above it."""
+    xp = r.xp
+
+    def below(j: Array) -> Array:
+        j = xp.clip(j, 0, xp.maximum(r.nfin - 1, xp.zeros_like(r.nfin)))
+        lam = take(xp, r.s, j)
+        return xp.sum(link.f(xp, r.s - lam[:, None]), axis=1) < r.k
+
+    return search(xp, r.nfin, r.s.shape[1], below, r.nfin)
+
+
+def _below_sum(r: _Rows, m: Array, ref: Array) -> Array:
+    """``sum_{i > m} exp(s_i - ref)`` per row (sorted positions after ``m``; terms at most 1 when
+    ``ref = s_m``)."""
+    xp = r.xp
+    after = r.pos > m[:, None]
+    return xp.sum(xp.exp(xp.where(after, r.s - ref[:, None], _neg_inf(xp, r.s))), axis=1)
+
+
+def _above_sum(r: _Rows, m: Array, ref: Array) -> Array:
+    """``sum_{i < m} exp(ref - s_i)`` per row (sorted positions before ``m``)."""
+    xp = r.xp
+    before = r.pos < m[:, None]
+    return xp.sum(xp.exp(xp.where(before, ref[:, None] - r.s, _neg_inf(xp, r.s))), axis=1)
+
+
+def _exp_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
+    """``(ref, delta)``: the root ``lambda_m = ref + delta`` of the branch with the ``m`` largest
+    entries saturated, ``ref = s_m``: ``lambda_m = log sum_{i >= m} e^{s_i} - log(k - m)``."""
+    xp = r.xp
+    ref = take(xp, r.s, m)
+    delta = xp.log1p(_below_sum(r, m, ref)) - xp.log(r.k - _as_float(xp, m, r.k))
+    return ref, delta
+
+
+def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
+    """``(ref, delta)`` of the Laplace branch with ``m`` entries above ``lambda`` (``0 <= m <= #unmasked``).
+
+    With ``A = sum_{i<m} e^{-s_i}``, ``C = sum_{i>=m} e^{s_i}``, ``K = k - m`` and ``u = e^lambda``:
+    ``A u^2 + 2 K u - C = 0``, solved without cancellation relative to ``s_{m-1}`` (``K <= 0``) or
+    ``s_m`` (``K > 0``), as the numpy engine does.
+    """
+    xp = r.xp
+    zero = xp.zeros_like(m)
+    last = xp.maximum(r.nfin - 1, zero)
+    has_above = m > 0
+    has_below = m < r.nfin
+    s_hi = take(xp, r.s, xp.clip(m - 1, zero, last))  # s_{m-1}, the smallest entry above
+    s_lo = take(xp, r.s, xp.clip(m, zero, last))  # s_m, the largest entry below
+    ninf = xp.full_like(s_hi, -math.inf)
+    # log(A e^{s_{m-1}}) and log(C e^{-s_m}), each a log-sum whose first term is exactly 1
+    la = xp.where(has_above, xp.log1p(_above_sum(r, m - 1, s_hi)), ninf)
+    lc = xp.where(has_below, xp.log1p(_below_sum(r, m, s_lo)), ninf)
+    both = has_above & has_below
+    gap = xp.where(both, s_lo - s_hi, ninf)
+    log_ac = xp.where(both, gap + xp.where(both, la + lc, xp.zeros_like(la)), ninf)
+    kk = r.k - _as_float(xp, m, r.k)
+    root = xp.sqrt(kk * kk + xp.exp(log_ac))
+    pos_k = kk > 0
+    neg_k = kk < 0
+    one = xp.ones_like(kk)
+    d_pos = lc - xp.log(xp.where(pos_k, kk + root, one))
+    d_neg = xp.log(xp.where(neg_k, root - kk, one)) - la
+    d_zero = xp.where(both, gap + xp.where(both, lc - la, xp.zeros_like(la)), ninf) / 2
+    ref = xp.where(pos_k, s_lo, s_hi)
+    delta = xp.where(pos_k, d_pos, xp.where(neg_k, d_neg, d_zero))
+    return ref, delta
+
+
+def _min_branch(r: _Rows, j: Array, low: Array, high: Array,
+                branch: Callable[[_Rows, Array], tuple[Array, Array]]) -> tuple[Array, Array]:
+    """``lambda = min(lambda_{j-1}, lambda_j, lambda_{j+1})`` (branches clipped to ``[low, high]``):
+    exact when the true branch is among them (``lambda_m >= lambda`` for every branch ``m``), which
+    holds when the search's ``j`` is off by one through rounding at a breakpoint."""
+    xp = r.xp
+    best_ref = best_delta = None
+    for step in (0, -1, 1):
+        m = xp.clip(j + step, low, high)
+        ref, delta = branch(r, m)
+        if best_ref is None:
+            best_ref, best_delta = ref, delta
+        else:
+            assert best_delta is not None
+            better = (ref + delta) < (best_ref + best_delta)
+            best_ref = xp.where(better, ref, best_ref)
+            best_delta = xp.where(better, delta, best_delta)
+    assert best_ref is not None and best_delta is not None
+    return best_ref, best_delta
+
+
+def _full_rows(r: _Rows) -> Array:
+    return r.k >= _as_float(r.xp, r.nfin, r.k)
+
+
+def solve_exp(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, shift)`` with ``t = (z - ref) + shift`` for ``thre-exp``."""
+    xp = r.xp
+    j = _entry_search(r, LINKS["thre-exp"])
+    kk = xp.astype(xp.ceil(r.k), r.nfin.dtype)
+    high = xp.maximum(xp.minimum(r.nfin, kk) - 1, xp.zeros_like(kk))  # fewer than k saturate
+    ref, delta = _min_branch(r, j, xp.zeros_like(j), high, _exp_branch)
+    return ref, -delta
+
+
+def solve_laplace(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, shift)`` with ``t = (z - ref) + shift`` for ``thre-laplace`` (rows with ``k = #unmasked``
+    get a finite placeholder: the caller overwrites them)."""
+    xp = r.xp
+    # the branch of the search's interval: the Laplace CDF is C1, so where rounding at a
+    # breakpoint picks the neighbouring branch, the two roots agree to second order
+    j = _entry_search(r, LINKS["thre-laplace"])
+    ref, delta = _laplace_branch(r, xp.clip(j, xp.zeros_like(j), r.nfin))
+    full = _full_rows(r)
+    ok = xp.isfinite(ref + delta) & ~full
+    return xp.where(ok, ref, xp.zeros_like(ref)), xp.where(ok, -delta, xp.zeros_like(delta))
+
+
+#: Newton steps of ``thre-sigmoid`` from the ``thre-laplace`` threshold (within ``log 2`` of the
+#: root): quadratic convergence reaches float64's resolution in 5 on the adversarial suite of
+#: tests/test_xp_core.py; 3 more are a margin (a converged step changes nothing).
+SIGMOID_STEPS = 8
+#: Newton steps of ``thre-cube`` on its interval, from the left end, on the convex
+#: ``(sum_F (z_i - lambda)^3)^{1/3}``: monotone, exact in one step when the free entries tie.
+CUBE_STEPS = 12
+
+
+def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, shift)`` for ``thre-sigmoid``: safeguarded Newton from the Laplace threshold.
+
+    ``e^t/2 <= sigmoid(t + log 2)`` and ``sigmoid(t - log 2) <= F(t)`` for the Laplace CDF ``F``
+    give the bracket ``lambda_F +- log 2``. The residual ``G - k`` is summed by sides,
+    ``sum_{t <= 0} sigmoid(t) - sum_{t > 0} sigmoid(-t) - (k - #{t > 0})``, so that it keeps its digits
+    relative to ``sum f'`` where the weights are within an ulp of 0 and 1; a step that is not
+    finite (every ``f'`` underflows: then the Laplace root is the sigmoid's to the last digit,
+    both balancing ``sum e^{t}`` below against ``sum e^{-t}`` above) keeps the iterate.
+    """
+    xp = r.xp
+    ref, shift = solve_laplace(r)
+    zr = r.s - ref[:, None]  # the sorted entries relative to ref (order does not matter here)
+    delta = -shift
+    lo = delta - _LN2
+    hi = delta + _LN2
+    fin = xp.isfinite(r.s)
+    zeros = xp.zeros_like(r.s)
+    for _ in range(SIGMOID_STEPS):
+        t = zr - delta[:, None]
+        above = fin & (t > 0)
+        e = xp.exp(-xp.abs(xp.where(fin, t, zeros)))
+        small = e / (1 + e)  # sigmoid(-|t|): p below, 1 - p above
+        res = (xp.sum(xp.where(fin & ~above, small, zeros), axis=1)
+               - xp.sum(xp.where(above, small, zeros), axis=1)
+               - (r.k - xp.sum(xp.astype(above, r.k.dtype), axis=1)))
+        slope = xp.sum(xp.where(fin, e / ((1 + e) * (1 + e)), zeros), axis=1)
+        lo = xp.where(res > 0, delta, lo)
+        hi = xp.where(res < 0, delta, hi)
+        step = delta + res / xp.where(slope > 0, slope, xp.ones_like(slope))
+        inside = (slope > 0) & (step >= lo) & (step <= hi)
+        delta = xp.where(inside, step, xp.where(slope > 0, (lo + hi) / 2, delta))
+    return ref, -delta
+
+
+def _breakpoint_rows(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, off)`` of the breakpoints ``z_j`` and ``z_j - 1`` of the clipped links, sorted
+    descending (masked ones last), each kept as the pair (``value = ref - off``)."""
+    xp = r.xp
+    zz = xp.concat([r.s, r.s], axis=1)
+    off = xp.concat([xp.zeros_like(r.s), xp.ones_like(r.s)], axis=1)
+    order = xp.argsort(zz - off, axis=1, descending=True, stable=True)
+    return xp.take_along_axis(zz, order, axis=1), xp.take_along_axis(off, order, axis=1)
+
+
+def _clipped_interval(r: _Rows, power: int) -> tuple[Array, Array, Array, Array, Array]:
+    """``(ref, off, t_lo, free, sat)`` of the interval ``[lo, hi]`` of breakpoints holding ``lambda``:
+    ``lo = ref - off``, ``t_lo = z - lo`` (sorted entries), ``free`` the entries with
+    ``0 < z - lambda < 1`` inside it, ``sat`` those at 1."""
+    xp = r.xp
+    bref, boff = _breakpoint_rows(r)
+    nb = 2 * r.nfin
+
+    def below(j: Array) -> Array:
+        j = xp.clip(j, 0, xp.maximum(nb - 1, xp.zeros_like(nb)))
+        t = (r.s - take(xp, bref, j)[:, None]) + take(xp, boff, j)[:, None]
+        c = xp.clip(t, 0.0, 1.0)
+        return xp.sum(c if power == 1 else c * c * c, axis=1) < r.k
+
+    j = search(xp, nb, bref.shape[1], below, nb)
+    j_lo = xp.clip(j, 1, xp.maximum(nb - 1, xp.ones_like(nb)))
+    ref_lo, off_lo = take(xp, bref, j_lo), take(xp, boff, j_lo)
+    ref_hi, off_hi = take(xp, bref, j_lo - 1), take(xp, boff, j_lo - 1)
+    fin = xp.isfinite(r.s)
+    t_lo = (r.s - ref_lo[:, None]) + off_lo[:, None]
+    t_hi = (r.s - ref_hi[:, None]) + off_hi[:, None]
+    free = fin & (t_hi >= 0) & (t_lo <= 1)
+    sat = fin & (t_hi >= 1)
+    return ref_lo, off_lo, t_lo, free, sat
+
+
+def solve_clip(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, shift)`` for ``thre-clip``: on its interval ``G`` is linear, ``lambda = lo + (G(lo) - k) / #free``."""
+    xp = r.xp
+    ref, off, t_lo, free, _ = _clipped_interval(r, 1)
+    g_lo = xp.sum(xp.where(xp.isfinite(t_lo), xp.clip(t_lo, 0.0, 1.0), xp.zeros_like(t_lo)), axis=1)
+    nfree = xp.sum(xp.astype(free, t_lo.dtype), axis=1)
+    delta = xp.where(nfree > 0, (g_lo - r.k) / xp.where(nfree > 0, nfree, xp.ones_like(nfree)), xp.zeros_like(nfree))
+    return ref, off - delta
+
+
+def solve_cube(r: _Rows) -> tuple[Array, Array]:
+    """``(ref, shift)`` for ``thre-cube``: on its interval ``G = #sat + sum_F (z_i - lambda)^3``;
+    Newton on ``psi = (sum_F (z_i - lambda)^3)^{1/3} = (k - #sat)^{1/3}`` from the left end."""
+    xp = r.xp
+    ref, off, t_lo, free, sat = _clipped_interval(r, 3)
+    zeros = xp.zeros_like(t_lo)
+    u = xp.where(free, t_lo, zeros)  # z_i - lo on the free entries, in [0, 1]
+    need = r.k - xp.sum(xp.astype(sat, r.k.dtype), axis=1)
+    target = xp.pow(xp.maximum(need, xp.zeros_like(need)), 1.0 / 3.0)
+    delta = xp.zeros_like(r.k)
+    for _ in range(CUBE_STEPS):
+        v = xp.where(free, u - delta[:, None], zeros)
+        s3 = xp.sum(v * v * v, axis=1)
+        s2 = xp.sum(v * v, axis=1)
+        psi = xp.pow(xp.maximum(s3, xp.zeros_like(s3)), 1.0 / 3.0)
+        ok = s2 > 0
+        step = delta + (psi - target) * psi * psi / xp.where(ok, s2, xp.ones_like(s2))
+        delta = xp.where(ok, xp.maximum(step, delta), delta)
+    return ref, off - delta
+
+
+SOLVERS: dict[str, Callable[[_Rows], tuple[Array, Array]]] = {
+    "thre-exp": solve_exp,
+    "thre-laplace": solve_laplace,
+    "thre-sigmoid": solve_sigmoid,
+    "thre-clip": solve_clip,
+    "thre-cube": solve_cube,
+}
+
+
+def _dk_weights(r: _Rows, link: Link, t: Array, full: Array, method: str) -> Array:
+    """``dp/dk = d / sum d`` per row, computed as ``exp(log d - max log d)`` normalised."""
+    xp = r.xp
+    z, fin = r.z, r.fin
+    zeros = xp.zeros_like(t)
+    log_d = xp.where(fin, link.log_d(xp, t), _neg_inf(xp, t))
+    top = xp.max(log_d, axis=1)
+    ok = xp.isfinite(top)
+    w = xp.exp(log_d - xp.where(ok, top, xp.zeros_like(top))[:, None])
+    if method == "thre-exp":
+        # an integer k whose threshold rounded onto an entry (the mass below the k largest under
+        # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule)
+        sat = fin & (t >= 0)
+        nsat = xp.sum(xp.astype(sat, t.dtype), axis=1)
+        kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
+        low = xp.min(xp.where(sat, z, xp.full_like(z, math.inf)), axis=1)
+        group = sat & (z == low[:, None])
+        wk = xp.where(group, xp.ones_like(t), xp.where(t < 0, xp.exp(xp.minimum(t, zeros)), zeros))
+        w = xp.where(kink[:, None], wk, w)
+    low = xp.min(xp.where(fin, z, xp.full_like(z, math.inf)), axis=1)
+    if link.full == "lowest":
+        wf = xp.where(fin & (z == low[:, None]), xp.ones_like(t), zeros)
+    else:
+        wf = xp.where(fin, xp.exp(xp.where(fin, low[:, None] - z, zeros)), zeros)
+    w = xp.where(full[:, None], wf, w)
+    total = xp.sum(w, axis=1)
+    good = total > 0
+    return xp.where(good[:, None], w / xp.where(good, total, xp.ones_like(total))[:, None], zeros)
+
+
+def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
+                      tau: Array) -> tuple[Array, tuple[Array, ...]]:
+    """``p`` and the residuals ``(d, w, t0, tau)`` of a threshold method (see the module doc;
+    ``t0 = z - lambda``, 0 on masked entries and on rows with every weight 1)."""
+    link = LINKS[method]
+    r = _rows(xp, z, fin, k)
+    ref, shift = SOLVERS[method](r)
+    t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
+    full = _full_rows(r)
+    p = link.f(xp, t)
+    d = xp.where(fin, link.d(xp, t), xp.zeros_like(t))
+    fin_f = xp.astype(fin, z.dtype)
+    p = xp.where(full[:, None], fin_f, xp.where(fin, p, xp.zeros_like(p)))
+    d = xp.where(full[:, None], xp.zeros_like(d), d)
+    w = _dk_weights(r, link, t, full, method)
+    # g_tau = -(g_z . z) / tau, and g_z sums to 0: z - lambda = t in place of z keeps the terms
+    # near the threshold O(1) (no cancellation between far entries, whose d is tiny)
+    t0 = xp.where(fin & ~full[:, None], t, xp.zeros_like(t))
+    return p, (d, w, t0, tau)
+
+
+def threshold_backward(xp: Any, residuals: tuple[Array, ...], g: Array) -> tuple[Array, Array, Array]:
+    """``(g_x, g_k, g_tau)`` from the residuals of :func:`threshold_forward`."""
+    d, w, t0, tau = residuals
+    gk = xp.sum(w * g, axis=1)
+    gz = d * (g - gk[:, None])
+    gx = gz / tau[:, None]
+    gtau = -xp.sum(gz * t0, axis=1) / tau
+    return gx, gk, gtau
