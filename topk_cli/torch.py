@@ -53,10 +53,40 @@ def _soft_topk_op(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: s
     return _outputs(x, k, tau, method, st_method)
 
 
+#: The residuals' layout of each (method, st_method): per residual, its shape with ``"B"`` and ``"n"``
+#: for the rows and the row length, and its dtype (``None``: x's dtype). Measured once on a small
+#: input (:func:`_layout`), so that the fake implementation needs no knowledge of the engine and the
+#: engine is never traced with symbolic sizes.
+_LAYOUTS: dict[tuple[str, str], tuple[tuple[tuple[int | str, ...], torch.dtype | None], ...]] = {}
+_PROBE_ROWS, _PROBE_N = 3, 7  # sizes told apart from each other and from any constant dimension
+
+
+def _layout(method: str, st_method: str) -> tuple[tuple[tuple[int | str, ...], torch.dtype | None], ...]:
+    key = (method, st_method)
+    if key not in _LAYOUTS:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily(), torch.no_grad():
+            x = torch.linspace(-1.0, 1.0, _PROBE_ROWS * _PROBE_N, dtype=torch.float64).reshape(_PROBE_ROWS, _PROBE_N)
+            k = torch.full((_PROBE_ROWS,), 2.0, dtype=torch.float64)
+            tau = torch.ones(_PROBE_ROWS, dtype=torch.float64)
+            residuals = _outputs(x, k, tau, method, st_method)[1:]
+        named = {_PROBE_ROWS: "B", _PROBE_N: "n"}
+        _LAYOUTS[key] = tuple(
+            (tuple(named.get(int(d), int(d)) for d in r.shape), None if r.dtype == torch.float64 else r.dtype)
+            for r in residuals
+        )
+    return _LAYOUTS[key]
+
+
 @_soft_topk_op.register_fake
 def _soft_topk_fake(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str) -> list[torch.Tensor]:
-    # The engine's own code on fake tensors: the residuals' shapes and dtypes as the real call makes them.
-    return _outputs(x, k, tau, method, st_method)
+    sizes = {"B": x.shape[0], "n": x.shape[1]}
+    out = [torch.empty_like(x)]
+    for shape, dtype in _layout(method, st_method):
+        out.append(x.new_empty(tuple(sizes.get(d, d) if isinstance(d, str) else d for d in shape),
+                               dtype=dtype or x.dtype))
+    return out
 
 
 @torch.library.custom_op("softtopk::soft_topk_backward", mutates_args=())
