@@ -8,8 +8,7 @@ flattened to B rows) and wire :func:`backward` into their autodiff; these functi
 The numpy engine (``topk_cli.operators``) stays the reference they are tested against.
 
 Conventions: ``x`` may hold ``-inf`` (masked: weight exactly 0; ``k`` counts unmasked entries only);
-``k`` and ``tau`` are ``(B,)`` arrays of ``x``'s dtype, ``tau > 0``, ``0 < k <= #unmasked`` (an integer
-``k`` for ``grad``). ``z = (x - max x) / tau`` per row.
+``k`` and ``tau`` are ``(B,)`` arrays of ``x``'s dtype, ``tau > 0``, ``0 < k <= #unmasked``. ``z = (x - max x) / tau`` per row.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ from topk_cli.xp._common import Array, namespace, scaled
 from topk_cli.xp._hard import hard_backward, hard_forward
 from topk_cli.xp._threshold import SOLVERS, threshold_backward, threshold_forward
 
-#: The methods these functions compute.
-DROPIN_METHODS: tuple[str, ...] = ("hard", "thre-exp", "thre-laplace", "thre-sigmoid", "thre-clip", "thre-cube", "grad")
+#: The methods these functions compute (``grad``, GradTopK's dynamic program, is not ported yet:
+#: it runs on the numpy engine only).
+DROPIN_METHODS: tuple[str, ...] = ("hard", "thre-exp", "thre-laplace", "thre-sigmoid", "thre-clip", "thre-cube")
 #: Those that take a real ``k`` (and one per row); ``grad`` takes an integer ``k`` only.
 REAL_K_METHODS: tuple[str, ...] = ("hard", "thre-exp", "thre-laplace", "thre-sigmoid", "thre-clip", "thre-cube")
 
@@ -59,7 +59,7 @@ def backward(method: str, residuals: tuple[Array, ...], g: Array, *,
     """``(g_x, g_k, g_tau)``: the vector-Jacobian products of :func:`forward`'s ``p`` with the
     cotangent ``g`` (``(B, n)``) with respect to ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
 
-    ``g_k`` is 0 for ``grad`` (integer k). ``hard`` is piecewise constant in ``x`` and ``tau`` (``g_x``
+    ``hard`` is piecewise constant in ``x`` and ``tau`` (``g_x``
     and ``g_tau`` are 0) and piecewise linear in ``k``: ``g_k = sum_at g / #at`` over the entries
     tied at the cut (from below at an integer k), as the numpy engine's ``dp/dk``. With ``st_method`` the products are that method's
     (straight-through: hard forward, soft backward).

@@ -323,47 +323,55 @@ def _breakpoint_rows(r: _Rows) -> tuple[Array, Array]:
     return xp.take_along_axis(zz, order, axis=1), xp.take_along_axis(off, order, axis=1)
 
 
-def _clipped_interval(r: _Rows, power: int) -> tuple[Array, Array, Array, Array, Array]:
-    """``(ref, off, t_lo, free, sat)`` of the interval ``[lo, hi]`` of breakpoints holding ``lambda``:
-    ``lo = ref - off``, ``t_lo = z - lo`` (sorted entries), ``free`` the entries with
-    ``0 < z - lambda < 1`` inside it, ``sat`` those at 1."""
+def _clipped_interval(r: _Rows, power: int) -> tuple[Array, Array, Array, Array, Array, Array]:
+    """``(ref, off, t_lo, free, sat, flat)`` of the interval ``[lo, hi]`` of breakpoints holding
+    ``lambda``: ``lo = ref - off``, ``t_lo = z - lo`` (sorted entries), ``free`` the entries with
+    ``0 < z - lambda < 1`` inside it, ``sat`` those at 1; ``flat`` (per row): ``G = k`` on the whole
+    interval below ``lo`` (an integer ``k`` with no entry strictly inside, e.g. a hard selection),
+    where ``flat`` holds ``lambda``'s offset from ``lo`` to the middle of that interval (else 0), so
+    that no entry sits on a kink (whose one-sided derivative a rounding of ``z`` would flip)."""
     xp = r.xp
     bref, boff = _breakpoint_rows(r)
     nb = 2 * r.nfin
 
-    def below(j: Array) -> Array:
+    def g_at(j: Array) -> Array:
         j = xp.clip(j, 0, xp.maximum(nb - 1, xp.zeros_like(nb)))
         t = (r.s - take(xp, bref, j)[:, None]) + take(xp, boff, j)[:, None]
         c = xp.clip(t, 0.0, 1.0)
-        return xp.sum(c if power == 1 else c * c * c, axis=1) < r.k
+        return xp.sum(c if power == 1 else c * c * c, axis=1)
 
-    j = search(xp, nb, bref.shape[1], below, nb)
+    j = search(xp, nb, bref.shape[1], lambda jj: g_at(jj) < r.k, nb)
     j_lo = xp.clip(j, 1, xp.maximum(nb - 1, xp.ones_like(nb)))
     ref_lo, off_lo = take(xp, bref, j_lo), take(xp, boff, j_lo)
     ref_hi, off_hi = take(xp, bref, j_lo - 1), take(xp, boff, j_lo - 1)
+    j_nx = xp.minimum(j_lo + 1, xp.maximum(nb - 1, xp.ones_like(nb)))
+    ref_nx, off_nx = take(xp, bref, j_nx), take(xp, boff, j_nx)
     fin = xp.isfinite(r.s)
     t_lo = (r.s - ref_lo[:, None]) + off_lo[:, None]
     t_hi = (r.s - ref_hi[:, None]) + off_hi[:, None]
     free = fin & (t_hi >= 0) & (t_lo <= 1)
     sat = fin & (t_hi >= 1)
-    return ref_lo, off_lo, t_lo, free, sat
+    g_lo = xp.sum(xp.where(fin, xp.clip(t_lo, 0.0, 1.0), xp.zeros_like(t_lo)) ** power, axis=1)
+    is_flat = (g_lo == r.k) & (g_at(j_nx) == r.k) & (j_nx > j_lo) & xp.isfinite(ref_nx)
+    gap = xp.where(is_flat, (ref_nx - ref_lo) - (off_nx - off_lo), xp.zeros_like(ref_lo))
+    return ref_lo, off_lo, t_lo, free, sat, gap / 2
 
 
 def solve_clip(r: _Rows) -> tuple[Array, Array]:
     """``(ref, shift)`` for ``thre-clip``: on its interval ``G`` is linear, ``lambda = lo + (G(lo) - k) / #free``."""
     xp = r.xp
-    ref, off, t_lo, free, _ = _clipped_interval(r, 1)
+    ref, off, t_lo, free, _, flat = _clipped_interval(r, 1)
     g_lo = xp.sum(xp.where(xp.isfinite(t_lo), xp.clip(t_lo, 0.0, 1.0), xp.zeros_like(t_lo)), axis=1)
     nfree = xp.sum(xp.astype(free, t_lo.dtype), axis=1)
     delta = xp.where(nfree > 0, (g_lo - r.k) / xp.where(nfree > 0, nfree, xp.ones_like(nfree)), xp.zeros_like(nfree))
-    return ref, off - delta
+    return ref, off - (delta + flat)
 
 
 def solve_cube(r: _Rows) -> tuple[Array, Array]:
     """``(ref, shift)`` for ``thre-cube``: on its interval ``G = #sat + sum_F (z_i - lambda)^3``;
     Newton on ``psi = (sum_F (z_i - lambda)^3)^{1/3} = (k - #sat)^{1/3}`` from the left end."""
     xp = r.xp
-    ref, off, t_lo, free, sat = _clipped_interval(r, 3)
+    ref, off, t_lo, free, sat, flat = _clipped_interval(r, 3)
     zeros = xp.zeros_like(t_lo)
     u = xp.where(free, t_lo, zeros)  # z_i - lo on the free entries, in [0, 1]
     need = r.k - xp.sum(xp.astype(sat, r.k.dtype), axis=1)
@@ -374,10 +382,11 @@ def solve_cube(r: _Rows) -> tuple[Array, Array]:
         s3 = xp.sum(v * v * v, axis=1)
         s2 = xp.sum(v * v, axis=1)
         psi = xp.pow(xp.maximum(s3, xp.zeros_like(s3)), 1.0 / 3.0)
-        ok = s2 > 0
+        # no step once the cubes sum to the need exactly (a root on a breakpoint)
+        ok = (s2 > 0) & (s3 > need)
         step = delta + (psi - target) * psi * psi / xp.where(ok, s2, xp.ones_like(s2))
         delta = xp.where(ok, xp.maximum(step, delta), delta)
-    return ref, off - delta
+    return ref, off - (delta + flat)
 
 
 SOLVERS: dict[str, Callable[[_Rows], tuple[Array, Array]]] = {
