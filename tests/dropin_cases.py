@@ -88,3 +88,23 @@ def error(got: Any, want: np.ndarray) -> float:
     assert got.shape == want.shape, (got.shape, want.shape)
     scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
     return float(np.max(np.abs(got - want))) / scale if want.size else 0.0
+
+
+def stacked(method: str) -> Case:
+    """Every case that applies to ``method`` as one ``(R, N)`` batch: rows padded with ``-inf`` (masked,
+    so the operator sees the case's rows unchanged), ``k`` and ``tau`` per row. Integer-only methods
+    take the cases with ``k = 2`` (one static k). One call instead of one per case: a JAX function is
+    compiled once per shape."""
+    chosen = [c for c in cases() if c.applies_to(method) and (takes_real_k(method) or c.k == 2)]
+    width = max(c.x.shape[-1] for c in chosen)
+    xs, ks, taus, vs = [], [], [], []
+    for c in chosen:
+        x = c.x.reshape(-1, c.x.shape[-1])
+        rows, n = x.shape
+        pad = np.full((rows, width - n), -np.inf)
+        xs.append(np.concatenate([x, pad], axis=1))
+        vs.append(np.concatenate([c.v.reshape(rows, n), np.zeros((rows, width - n))], axis=1))
+        ks.append(np.broadcast_to(c.k, c.x.shape[:-1]).reshape(rows))
+        taus.append(np.broadcast_to(c.tau, c.x.shape[:-1]).reshape(rows))
+    k: Any = np.concatenate(ks) if takes_real_k(method) else 2
+    return Case(f"{len(chosen)} cases stacked", np.concatenate(xs), k, np.concatenate(taus), np.concatenate(vs))
