@@ -21,11 +21,11 @@ jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
+from dropin_cases import Case, cases, error, reference, stacked  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
 import topk_cli as st  # noqa: E402
 import topk_cli.jax as tj  # noqa: E402
-from dropin_cases import Case, cases, error, reference, stacked  # noqa: E402
 from topk_cli.frameworks.dropin_common import dropin_methods, takes_real_k  # noqa: E402
 
 METHODS = dropin_methods()

@@ -19,9 +19,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from dropin_cases import Case, cases, error, reference  # noqa: E402
+
 import topk_cli as st  # noqa: E402
 import topk_cli.torch as tt  # noqa: E402
-from dropin_cases import Case, cases, error, reference  # noqa: E402
 from topk_cli.frameworks.dropin_common import dropin_methods, takes_real_k  # noqa: E402
 
 METHODS = dropin_methods()

@@ -47,6 +47,10 @@ def _backward(method: str, st_method: str, residuals: Any, g: jax.Array) -> tupl
 
 _soft_topk_rows.defvjp(_forward, _backward)
 
+#: Compiled once per shape, dtype and method: the engine is dozens of small array operations (a
+#: binary search, Newton steps) that JAX would otherwise dispatch one by one in eager mode.
+_soft_topk_jit = jax.jit(_soft_topk_rows, static_argnums=(3, 4))
+
 
 def _tracing(*values: Any) -> bool:
     """True when any of ``values`` is traced (``jax.jit``, ``jax.vmap``, ``jax.grad``...): its values
@@ -141,5 +145,5 @@ def soft_topk(
         tau_rows = tau_given = _per_row(tau, "tau", x2, batch_shape)
     if not _tracing(x2, k_rows, tau_rows):
         common.check_values(jnp, x2, k_given, k_number, tau_given, batch_shape, name)
-    p = _soft_topk_rows(x2, k_rows, tau_rows, name, st_method)
+    p = _soft_topk_jit(x2, k_rows, tau_rows, name, st_method)
     return p.reshape(x.shape).astype(x.dtype)

@@ -81,11 +81,10 @@ def _layout(method: str, st_method: str) -> tuple[tuple[tuple[int | str, ...], t
 
 @_soft_topk_op.register_fake
 def _soft_topk_fake(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str) -> list[torch.Tensor]:
-    sizes = {"B": x.shape[0], "n": x.shape[1]}
+    sizes: dict[int | str, Any] = {"B": x.shape[0], "n": x.shape[1]}
     out = [torch.empty_like(x)]
     for shape, dtype in _layout(method, st_method):
-        out.append(x.new_empty(tuple(sizes.get(d, d) if isinstance(d, str) else d for d in shape),
-                               dtype=dtype or x.dtype))
+        out.append(x.new_empty(tuple(sizes.get(d, d) for d in shape), dtype=dtype or x.dtype))
     return out
 
 

@@ -157,7 +157,7 @@ def per_row_shape(name: str, shape: Sequence[int], batch_shape: tuple[int, ...])
     if len(shape) == len(batch_shape) + 1 and shape[-1] == 1:  # kept dims
         shape = shape[:-1]
     ok = len(shape) <= len(batch_shape) and all(
-        a in (1, b) for a, b in zip(reversed(shape), reversed(batch_shape))
+        a in (1, b) for a, b in zip(reversed(shape), reversed(batch_shape), strict=False)
     )
     if not ok:
         raise InvalidArgumentError(
