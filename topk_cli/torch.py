@@ -164,14 +164,14 @@ def soft_topk(
     Args:
         x: scores ``[..., n]``, a floating-point tensor on any device. float64 and float32 are
             computed in their own precision; bfloat16 and float16 are solved in float32 and the
-            weights returned in the input dtype (a threshold solved in 8 or 11 bits of mantissa
-            misses the budget ``sum p = k`` by whole units and makes ties of distinct scores, which
-            breaks a router).
-        k: an ``int``; for the methods that take one (``hard`` and ``thre-*``) a real number; or a
-            tensor broadcastable to the batch shape ``x.shape[:-1]``: one ``k`` per row. ``grad``
-            takes integer k only (its gradient with respect to k is zero).
+            weights returned in the input dtype (a threshold solved in 8 or 11 significant bits
+            misses the budget ``sum p = k`` by the rounding of each of the n terms and gives
+            distinct scores equal weights, which breaks a router).
+        k: an ``int``, a real number, or a tensor broadcastable to the batch shape ``x.shape[:-1]``:
+            one ``k`` per row (every drop-in method takes a real k).
         method: ``"hard"``, ``"thre-exp"``, ``"thre-laplace"`` (default), ``"thre-sigmoid"``,
-            ``"thre-clip"``, ``"thre-cube"`` or ``"grad"`` (aliases such as ``lapsum`` work).
+            ``"thre-clip"`` or ``"thre-cube"`` (aliases such as ``lapsum`` work); the other methods
+            run on numpy arrays through :func:`topk_cli.soft_topk`.
         tau: temperature > 0, a number or a tensor broadcastable to the batch shape.
         straight_through: only with ``method="hard"``: ``True`` (``thre-laplace``) or a soft method's
             name gives the hard forward and that method's gradient backward; ``False`` (default):
