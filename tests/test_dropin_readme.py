@@ -1,6 +1,6 @@
 """The README's section "Use it in training" runs: each of its Python blocks is executed as written
 (``torch.compile`` with the ``aot_eager`` backend, which traces the same graph without generating
-C++ code, to keep the test fast), and ``bench --framework`` answers on a small shape."""
+C++ code, to keep the test fast, and ``fullgraph=True``: a graph break fails), and ``bench --framework`` answers on a small shape."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_the_section_has_a_torch_and_a_jax_example() -> None:
 def test_readme_example_runs(framework: str, monkeypatch: pytest.MonkeyPatch) -> None:
     module = pytest.importorskip(framework)
     if framework == "torch":
-        monkeypatch.setattr(module, "compile", functools.partial(module.compile, backend="aot_eager"))
+        monkeypatch.setattr(module, "compile", functools.partial(module.compile, backend="aot_eager", fullgraph=True))
     (code,) = [b for b in _blocks() if f"topk_cli.{framework}" in b]
     exec(compile(code, f"README.md ({framework} example)", "exec"), {"__name__": "readme_example"})
 

@@ -153,6 +153,18 @@ def test_compile_keeps_one_graph_and_the_eager_numbers() -> None:
             assert (a is None and b is None) or torch.equal(a, b), method
 
 
+def test_compile_with_numbers_for_k_and_tau_keeps_one_graph() -> None:
+    """Regression: the checks of a number k or tau used numpy, which dynamo traced into a
+    data-dependent branch (a graph break, an error with fullgraph=True)."""
+    x = torch.tensor(CASES[0].x, requires_grad=True)
+
+    def f(x):
+        return tt.soft_topk(x * 2.0, 2.5, "thre-sigmoid", 0.5)
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x), f(x))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_is_solved_in_float32(dtype: torch.dtype) -> None:
     x = torch.tensor(CASES[3].x, dtype=dtype, requires_grad=True)

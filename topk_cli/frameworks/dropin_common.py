@@ -125,16 +125,21 @@ def is_number(value: object) -> bool:
 
 def scalar_k(k: object, method: str, n: int) -> int | float:
     """A number ``k`` checked against ``method`` and ``n``: an ``int`` for an integer-only method
-    (``1 <= k <= n``), else a float or an int (``0 < k <= n``)."""
-    from topk_cli.api import check_k, check_real_k
-
+    (``1 <= k <= n``), else a float or an int (``0 < k <= n``). Plain Python (no numpy), so that
+    ``torch.compile`` traces it without a graph break; the wording is :func:`topk_cli.api.check_k`'s
+    and :func:`topk_cli.api.check_real_k`'s."""
+    value = float(k)  # type: ignore[arg-type]
     if not takes_real_k(method):
-        value = float(k)  # type: ignore[arg-type]
         if math.isfinite(value) and not value.is_integer():
             integer_only(method, k)
-        return check_k(k, n)
-    real = check_real_k(k, n)
-    return int(real) if real.is_integer() else real
+        if not value.is_integer():
+            raise InvalidArgumentError(f"k must be an integer, got {k!r}")
+        if not 1 <= value <= n:
+            raise InvalidArgumentError(f"k must satisfy 1 <= k <= n (n={n}), got {int(value)}")
+        return int(value)
+    if not (math.isfinite(value) and 0 < value <= n):
+        raise InvalidArgumentError(f"k must satisfy 0 < k <= n (n={n}), got {_number(value)}")
+    return int(value) if value.is_integer() else value
 
 
 def integer_only(method: str, shown: object) -> NoReturn:
@@ -145,9 +150,12 @@ def integer_only(method: str, shown: object) -> NoReturn:
 
 
 def scalar_tau(tau: object) -> float:
-    from topk_cli.api import check_tau
-
-    return check_tau(tau)
+    """A number ``tau`` after checking it is finite and ``> 0`` (:func:`topk_cli.api.check_tau`'s
+    wording, in plain Python)."""
+    value = float(tau)  # type: ignore[arg-type]
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidArgumentError(f"tau must be a finite number > 0, got {tau!r}")
+    return value
 
 
 def per_row_shape(name: str, shape: Sequence[int], batch_shape: tuple[int, ...]) -> tuple[int, ...]:
