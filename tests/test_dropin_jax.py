@@ -139,7 +139,9 @@ def test_half_precision_is_solved_in_float32(dtype) -> None:
 @pytest.mark.parametrize(("call", "cls", "words"), [
     (lambda x: tj.soft_topk(x, 2, "ot-sinkhorn"), st.InvalidArgumentError, "drop-in methods: hard"),
     (lambda x: tj.soft_topk(x, 2, "nope"), st.UnknownMethodError, "drop-in methods: hard"),
-    (lambda x: tj.soft_topk(x, 2, "grad"), st.InvalidArgumentError, "has no JAX drop-in"),
+    (lambda x: tj.soft_topk(x, 2.5, "grad"), st.InvalidArgumentError, "methods that take a real k: hard"),
+    (lambda x: tj.soft_topk(x, jnp.array([2, 2]), "grad"), st.InvalidArgumentError, "static under tracing"),
+    (lambda x: tj.soft_topk(x, 0, "grad"), st.InvalidArgumentError, "1 <= k <= n (n=5), got 0"),
     (lambda x: tj.soft_topk(x, 0, "hard"), st.InvalidArgumentError, "0 < k <= n (n=5)"),
     (lambda x: tj.soft_topk(x, 5.5, "thre-exp"), st.InvalidArgumentError, "0 < k <= n (n=5), got 5.5"),
     (lambda x: tj.soft_topk(x, jnp.array([1.0, 5.5]), "hard"), st.InvalidArgumentError, "in every row, got 5.5 at row (1,)"),

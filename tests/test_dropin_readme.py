@@ -55,7 +55,7 @@ def test_bench_framework_torch_json() -> None:
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["-m", "grad"], "has no PyTorch drop-in"),
+    (["-m", "ot-sinkhorn"], "has no PyTorch drop-in"),
     (["--framework", "tensorflow"], "--framework must be numpy, torch or jax"),
 ])
 def test_bench_framework_refusals(args: list[str], words: str) -> None:

@@ -37,7 +37,7 @@ def _run(case: Case, method: str, dtype: torch.dtype, *, st_method: str = "", de
     batch = case.x.shape[:-1]
     tau = torch.tensor(np.broadcast_to(case.tau, batch).copy(), dtype=dtype, device=device, requires_grad=True)
     wrt = [x, tau]
-    if takes_real_k(method):  # k as a tensor: its gradient is checked too
+    if takes_real_k(st_method or method):  # k as a tensor: its gradient is checked too
         k = torch.tensor(np.broadcast_to(case.k, batch).copy(), dtype=dtype, device=device, requires_grad=True)
         wrt.append(k)
     else:
@@ -117,9 +117,11 @@ def _small(method: str):
 @pytest.mark.parametrize("method", METHODS)
 def test_opcheck(method: str) -> None:
     x, k, tau = _small(method)
-    torch.library.opcheck(tt._soft_topk_op, (x, k.double(), tau, method, ""))
+    k_static = 0 if takes_real_k(method) else 2
+    torch.library.opcheck(tt._soft_topk_op, (x, k.double(), tau, method, "", k_static))
     if method == "hard":
-        torch.library.opcheck(tt._soft_topk_op, (x, k.double(), tau, method, "thre-laplace"))
+        torch.library.opcheck(tt._soft_topk_op, (x, k.double(), tau, method, "thre-laplace", 0))
+        torch.library.opcheck(tt._soft_topk_op, (x, torch.full((2,), 2.0, dtype=torch.float64), tau, method, "grad", 2))
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -194,7 +196,10 @@ def test_runs_on_the_inputs_device(device: str) -> None:
 @pytest.mark.parametrize(("call", "cls", "words"), [
     (lambda x: tt.soft_topk(x, 2, "ot-sinkhorn"), st.InvalidArgumentError, "drop-in methods: hard"),
     (lambda x: tt.soft_topk(x, 2, "nope"), st.UnknownMethodError, "drop-in methods: hard"),
-    (lambda x: tt.soft_topk(x, 2, "grad"), st.InvalidArgumentError, "has no PyTorch drop-in"),
+    (lambda x: tt.soft_topk(x, 2.5, "grad"), st.InvalidArgumentError, "methods that take a real k: hard"),
+    (lambda x: tt.soft_topk(x, 2.5, "hard", straight_through="grad"), st.InvalidArgumentError, "for method 'grad'"),
+    (lambda x: tt.soft_topk(x, torch.tensor([2.0, 2.0]), "grad"), st.InvalidArgumentError, "k must be a number"),
+    (lambda x: tt.soft_topk(x, 0, "grad"), st.InvalidArgumentError, "1 <= k <= n (n=5), got 0"),
     (lambda x: tt.soft_topk(x, 0, "hard"), st.InvalidArgumentError, "0 < k <= n (n=5)"),
     (lambda x: tt.soft_topk(x, 6, "thre-laplace"), st.InvalidArgumentError, "0 < k <= n (n=5), got 6"),
     (lambda x: tt.soft_topk(x, float("nan"), "thre-exp"), st.InvalidArgumentError, "0 < k <= n (n=5), got nan"),

@@ -24,24 +24,25 @@ from topk_cli.frameworks import dropin_common as common
 __all__ = ["soft_topk"]
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _soft_topk_rows(x: jax.Array, k: jax.Array, tau: jax.Array, method: str, st_method: str) -> jax.Array:
-    """The weights of ``(B, n)`` rows ``x`` with ``k`` and ``tau`` per row ``(B,)`` (x's dtype)."""
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _soft_topk_rows(x: jax.Array, k: jax.Array, tau: jax.Array, method: str, st_method: str, k_static: int) -> jax.Array:
+    """The weights of ``(B, n)`` rows ``x`` with ``k`` and ``tau`` per row ``(B,)`` (x's dtype);
+    ``k_static``: the integer k of a method defined for integer k only (``grad``), else 0."""
+    return _forward(x, k, tau, method, st_method, k_static)[0]
+
+
+def _forward(x: jax.Array, k: jax.Array, tau: jax.Array, method: str, st_method: str,
+             k_static: int) -> tuple[jax.Array, Any]:
     from topk_cli import xp
 
-    return xp.forward(x, k, tau, method, st_method=st_method or None)[0]
+    return xp.forward(x, k, tau, method, st_method=st_method or None, k_static=k_static or None, scan=jax.lax.scan)
 
 
-def _forward(x: jax.Array, k: jax.Array, tau: jax.Array, method: str, st_method: str) -> tuple[jax.Array, Any]:
+def _backward(method: str, st_method: str, k_static: int, residuals: Any,
+              g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     from topk_cli import xp
 
-    return xp.forward(x, k, tau, method, st_method=st_method or None)
-
-
-def _backward(method: str, st_method: str, residuals: Any, g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    from topk_cli import xp
-
-    gx, gk, gtau = xp.backward(method, tuple(residuals), g, st_method=st_method or None)
+    gx, gk, gtau = xp.backward(method, tuple(residuals), g, st_method=st_method or None, scan=jax.lax.scan)
     return gx, gk, gtau
 
 
@@ -49,7 +50,7 @@ _soft_topk_rows.defvjp(_forward, _backward)
 
 #: Compiled once per shape, dtype and method: the engine is dozens of small array operations (a
 #: binary search, Newton steps) that JAX would otherwise dispatch one by one in eager mode.
-_soft_topk_jit = jax.jit(_soft_topk_rows, static_argnums=(3, 4))
+_soft_topk_jit = jax.jit(_soft_topk_rows, static_argnums=(3, 4, 5))
 
 
 def _tracing(*values: Any) -> bool:
@@ -89,11 +90,13 @@ def soft_topk(
             ``sum p = k`` by the rounding of each of the n terms and gives distinct scores equal
             weights, which breaks a router).
         k: an ``int``, a real number, or an array broadcastable to the batch shape ``x.shape[:-1]``:
-            one ``k`` per row, which may be traced (every drop-in method takes a real k; a method
-            defined for integer k only would take a Python ``int``, static under ``jax.jit``).
+            one ``k`` per row, which may be traced. ``grad`` (and ``hard`` with
+            ``straight_through="grad"``) takes one Python ``int`` for every row: static under
+            ``jax.jit`` (pass it through ``static_argnums`` or a closure; each value compiles
+            anew), and its gradient is zero.
         method: ``"hard"``, ``"thre-exp"``, ``"thre-laplace"`` (default), ``"thre-sigmoid"``,
-            ``"thre-clip"`` or ``"thre-cube"`` (aliases such as ``lapsum`` work); the other methods
-            run on numpy arrays through :func:`topk_cli.soft_topk`.
+            ``"thre-clip"``, ``"thre-cube"`` or ``"grad"`` (aliases such as ``lapsum`` work); the
+            other methods run on numpy arrays through :func:`topk_cli.soft_topk`.
         tau: temperature > 0, a number or an array broadcastable to the batch shape.
         straight_through: only with ``method="hard"``: ``True`` (``thre-laplace``) or a soft method's
             name gives the hard forward and that method's gradient backward; ``False`` (default):
@@ -125,26 +128,24 @@ def soft_topk(
     batch_shape, n = common.check_shape(x.shape)
     compute = x.dtype if x.dtype in (jnp.float32, jnp.float64) else jnp.float32
     x2 = x.reshape(-1, n).astype(compute)
+    k_method = common.k_method(name, st_method)
     k_number: int | float | None = None
     k_given: jax.Array | None = None
     like = x2[:, 0]  # (B,) on x's device, also under tracing
     if common.is_number(k):
-        k_number = common.scalar_k(k, name, n)
+        k_number = common.scalar_k(k, k_method, n)
         k_rows = jnp.full_like(like, float(k_number))
-    elif not common.takes_real_k(name):
-        raise InvalidArgumentError(
-            f"k must be a Python int for method {name!r} (integer k only; static under jax.jit: pass it through "
-            f"static_argnums or a closure), got {type(k).__name__}; drop-in methods that take a k per row: "
-            f"{', '.join(common.real_k_methods())}"
-        )
+    elif not common.takes_real_k(k_method):
+        common.refuse_k_array(k_method, k)
     else:
         k_rows = k_given = _per_row(k, "k", x2, batch_shape)
+    k_static = 0 if common.takes_real_k(k_method) else int(k_number or 0)
     tau_given: jax.Array | None = None
     if common.is_number(tau):
         tau_rows = jnp.full_like(like, common.scalar_tau(tau))
     else:
         tau_rows = tau_given = _per_row(tau, "tau", x2, batch_shape)
     if not _tracing(x2, k_rows, tau_rows):
-        common.check_values(jnp, x2, k_given, k_number, tau_given, batch_shape, name)
-    p = _soft_topk_jit(x2, k_rows, tau_rows, name, st_method)
+        common.check_values(jnp, x2, k_given, k_number, tau_given, batch_shape, k_method)
+    p = _soft_topk_jit(x2, k_rows, tau_rows, name, st_method, k_static)
     return p.reshape(x.shape).astype(x.dtype)

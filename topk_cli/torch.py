@@ -31,47 +31,51 @@ def _storage(t: torch.Tensor) -> int:
     return int(t.untyped_storage()._cdata)
 
 
-def _outputs(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str) -> list[torch.Tensor]:
-    """``[p, *residuals]`` of the engine; a residual that shares memory with an input or an earlier
-    output is copied (a custom operator's outputs must not alias)."""
+def _outputs(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str,
+             k_static: int) -> list[torch.Tensor]:
+    """``[p, *residuals]`` of the engine, each contiguous; a residual that shares memory with an input or
+    an earlier output is copied (a custom operator's outputs must not alias)."""
     from topk_cli import xp
 
-    p, residuals = xp.forward(x, k, tau, method, st_method=st_method or None)
+    p, residuals = xp.forward(x, k, tau, method, st_method=st_method or None, k_static=k_static or None)
     seen = {_storage(t) for t in (x, k, tau)}
     out = []
     for t in (p, *residuals):
         if _storage(t) in seen:
             t = t.clone()
+        t = t.contiguous()  # a broadcast view (stride 0) as the fake implementation's dense layout
         seen.add(_storage(t))
         out.append(t)
     return out
 
 
 @torch.library.custom_op("softtopk::soft_topk", mutates_args=())
-def _soft_topk_op(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str) -> list[torch.Tensor]:
-    """``[p, *residuals]`` on ``(B, n)`` rows ``x`` with ``k`` and ``tau`` per row ``(B,)`` (x's dtype)."""
-    return _outputs(x, k, tau, method, st_method)
+def _soft_topk_op(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str,
+                  k_static: int) -> list[torch.Tensor]:
+    """``[p, *residuals]`` on ``(B, n)`` rows ``x`` with ``k`` and ``tau`` per row ``(B,)`` (x's dtype);
+    ``k_static``: the integer k of a method defined for integer k only (``grad``), else 0."""
+    return _outputs(x, k, tau, method, st_method, k_static)
 
 
 #: The residuals' layout of each (method, st_method): per residual, its shape with ``"B"`` and ``"n"``
-#: for the rows and the row length, and its dtype (``None``: x's dtype). Measured once on a small
+#: for the rows and the row length (``"k"`` for an integer-only method's k), and its dtype (``None``: x's dtype). Measured once on a small
 #: input (:func:`_layout`), so that the fake implementation needs no knowledge of the engine and the
 #: engine is never traced with symbolic sizes.
-_LAYOUTS: dict[tuple[str, str], tuple[tuple[tuple[int | str, ...], torch.dtype | None], ...]] = {}
-_PROBE_ROWS, _PROBE_N = 3, 7  # sizes told apart from each other and from any constant dimension
+_LAYOUTS: dict[tuple[str, str, bool], tuple[tuple[tuple[int | str, ...], torch.dtype | None], ...]] = {}
+_PROBE_ROWS, _PROBE_N, _PROBE_K = 3, 7, 2  # sizes told apart from each other
 
 
-def _layout(method: str, st_method: str) -> tuple[tuple[tuple[int | str, ...], torch.dtype | None], ...]:
-    key = (method, st_method)
+def _layout(method: str, st_method: str, integer: bool) -> tuple[tuple[tuple[int | str, ...], torch.dtype | None], ...]:
+    key = (method, st_method, integer)
     if key not in _LAYOUTS:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         with unset_fake_temporarily(), torch.no_grad():
             x = torch.linspace(-1.0, 1.0, _PROBE_ROWS * _PROBE_N, dtype=torch.float64).reshape(_PROBE_ROWS, _PROBE_N)
-            k = torch.full((_PROBE_ROWS,), 2.0, dtype=torch.float64)
+            k = torch.full((_PROBE_ROWS,), float(_PROBE_K), dtype=torch.float64)
             tau = torch.ones(_PROBE_ROWS, dtype=torch.float64)
-            residuals = _outputs(x, k, tau, method, st_method)[1:]
-        named = {_PROBE_ROWS: "B", _PROBE_N: "n"}
+            residuals = _outputs(x, k, tau, method, st_method, _PROBE_K if integer else 0)[1:]
+        named: dict[int, str] = {_PROBE_ROWS: "B", _PROBE_N: "n", **({_PROBE_K: "k"} if integer else {})}
         _LAYOUTS[key] = tuple(
             (tuple(named.get(int(d), int(d)) for d in r.shape), None if r.dtype == torch.float64 else r.dtype)
             for r in residuals
@@ -80,10 +84,11 @@ def _layout(method: str, st_method: str) -> tuple[tuple[tuple[int | str, ...], t
 
 
 @_soft_topk_op.register_fake
-def _soft_topk_fake(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str) -> list[torch.Tensor]:
-    sizes: dict[int | str, Any] = {"B": x.shape[0], "n": x.shape[1]}
+def _soft_topk_fake(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str,
+                    k_static: int) -> list[torch.Tensor]:
+    sizes: dict[int | str, Any] = {"B": x.shape[0], "n": x.shape[1], "k": k_static}
     out = [torch.empty_like(x)]
-    for shape, dtype in _layout(method, st_method):
+    for shape, dtype in _layout(method, st_method, bool(k_static)):
         out.append(x.new_empty(tuple(sizes.get(d, d) for d in shape), dtype=dtype or x.dtype))
     return out
 
@@ -110,7 +115,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: list[torch.Tensor]
 
 def _backward(ctx: Any, grads: list[torch.Tensor]) -> tuple[Any, ...]:
     gx, gk, gtau = _soft_topk_backward_op(list(ctx.saved_tensors), grads[0], ctx.method, ctx.st_method)
-    return gx, gk, gtau, None, None
+    return gx, gk, gtau, None, None, None
 
 
 _soft_topk_op.register_autograd(_backward, setup_context=_setup_context)
@@ -168,10 +173,11 @@ def soft_topk(
             misses the budget ``sum p = k`` by the rounding of each of the n terms and gives
             distinct scores equal weights, which breaks a router).
         k: an ``int``, a real number, or a tensor broadcastable to the batch shape ``x.shape[:-1]``:
-            one ``k`` per row (every drop-in method takes a real k).
+            one ``k`` per row. ``grad`` (and ``hard`` with ``straight_through="grad"``) takes one
+            integer k for every row, given as a number; its gradient with respect to k is zero.
         method: ``"hard"``, ``"thre-exp"``, ``"thre-laplace"`` (default), ``"thre-sigmoid"``,
-            ``"thre-clip"`` or ``"thre-cube"`` (aliases such as ``lapsum`` work); the other methods
-            run on numpy arrays through :func:`topk_cli.soft_topk`.
+            ``"thre-clip"``, ``"thre-cube"`` or ``"grad"`` (aliases such as ``lapsum`` work); the
+            other methods run on numpy arrays through :func:`topk_cli.soft_topk`.
         tau: temperature > 0, a number or a tensor broadcastable to the batch shape.
         straight_through: only with ``method="hard"``: ``True`` (``thre-laplace``) or a soft method's
             name gives the hard forward and that method's gradient backward; ``False`` (default):
@@ -203,13 +209,17 @@ def soft_topk(
     compute = x.dtype if x.dtype in _OWN_PRECISION else torch.float32
     x2 = x.reshape(-1, n).to(compute)
     rows = x2.shape[0]
+    k_method = common.k_method(name, st_method)
     k_number: int | float | None = None
     k_given: torch.Tensor | None = None
     if common.is_number(k):
-        k_number = common.scalar_k(k, name, n)
+        k_number = common.scalar_k(k, k_method, n)
         k_rows = torch.full((rows,), float(k_number), dtype=compute, device=x.device)
+    elif not common.takes_real_k(k_method):
+        common.refuse_k_array(k_method, k)
     else:
         k_rows = k_given = _per_row(k, "k", x2, batch_shape)
+    k_static = 0 if common.takes_real_k(k_method) else int(k_number or 0)
     tau_given: torch.Tensor | None = None
     if common.is_number(tau):
         tau_rows = torch.full((rows,), common.scalar_tau(tau), dtype=compute, device=x.device)
@@ -219,6 +229,6 @@ def soft_topk(
         from array_api_compat import array_namespace
 
         common.check_values(array_namespace(x2), x2.detach(), None if k_given is None else k_given.detach(), k_number,
-                            None if tau_given is None else tau_given.detach(), batch_shape, name)
-    p = _soft_topk_op(x2, k_rows, tau_rows, name, st_method)[0]
+                            None if tau_given is None else tau_given.detach(), batch_shape, k_method)
+    p = _soft_topk_op(x2, k_rows, tau_rows, name, st_method, k_static)[0]
     return p.reshape(x.shape).to(x.dtype)

@@ -101,6 +101,20 @@ def check_straight_through(method: str, straight_through: object) -> str:
     return chosen
 
 
+def k_method(method: str, st_method: str) -> str:
+    """The method whose rules ``k`` follows: ``st_method`` when it takes integer k only (a hard
+    forward with ``grad``'s gradient needs grad's integer k), else ``method``."""
+    return st_method if st_method and not takes_real_k(st_method) else method
+
+
+def refuse_k_array(method: str, k: object) -> NoReturn:
+    raise InvalidArgumentError(
+        f"k must be a number for method {method!r} (one integer k for every row, static under tracing: "
+        f"its dynamic program's shapes depend on it), got {type(k).__name__}; drop-in methods that take "
+        f"a k per row: {', '.join(real_k_methods())}"
+    )
+
+
 def check_shape(shape: Sequence[int]) -> tuple[tuple[int, ...], int]:
     """``(batch shape, n)`` of an input of shape ``shape``, after checking it is a vector or a batch of
     non-empty vectors."""
