@@ -1166,7 +1166,7 @@ def bench_command(
     seed: SeedOpt = 0,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
-    framework: Annotated[str, typer.Option(
+    dropin_framework: Annotated[str, typer.Option(  # not "framework": the users'-operator options use that name
         "--framework", help="numpy: the numpy engine (default). torch or jax: the drop-in operators "
         "(topk_cli.torch, topk_cli.jax) forward and forward+backward, beside that framework's topk and "
         "softmax and the numpy engine.")] = "numpy",
@@ -1202,8 +1202,8 @@ def bench_command(
             bench_k = uniform_k(data.row_k) if data.row_k is not None else None
         x = data.values.astype(check_dtype(dtype))
         source = data.source
-    if framework != "numpy":
-        _bench_dropins(x, bench_k, method, framework, tau=tau, repeats=repeats, seed=seed, source=source, fmt=fmt,
+    if dropin_framework != "numpy":
+        _bench_dropins(x, bench_k, method, dropin_framework, tau=tau, repeats=repeats, seed=seed, source=source, fmt=fmt,
                        output=output)
         return
     with ProgressReporter("bench", enabled=stderr_is_terminal()) as progress:
