@@ -1208,6 +1208,10 @@ def bench_command(
     seed: SeedOpt = 0,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
+    dropin_framework: Annotated[str, typer.Option(  # not "framework": the users'-operator options use that name
+        "--framework", help="numpy: the numpy engine (default). torch or jax: the drop-in operators "
+        "(topk_cli.torch, topk_cli.jax) forward and forward+backward, beside that framework's topk and "
+        "softmax and the numpy engine.")] = "numpy",
 ) -> None:
     """Time forward and VJP of each method on your shape, as ratios to np.exp and np.sort.
 
@@ -1240,10 +1244,31 @@ def bench_command(
             bench_k = uniform_k(data.row_k) if data.row_k is not None else None
         x = data.values.astype(check_dtype(dtype))
         source = data.source
+    if dropin_framework != "numpy":
+        _bench_dropins(x, bench_k, method, dropin_framework, tau=tau, repeats=repeats, seed=seed, source=source, fmt=fmt,
+                       output=output)
+        return
     with ProgressReporter("bench", enabled=stderr_is_terminal()) as progress:
         report = bench(x, bench_k, names, tau=tau, repeats=repeats, memory=memory, seed=seed, source=source,
                        progress=progress)
     write_text(render_bench(report, fmt, color=color_enabled() and output is None), output)
+
+
+def _bench_dropins(x: Any, k: Any, method: list[str] | None, framework: str, *, tau: float, repeats: int,
+                   seed: int, source: str, fmt: OutputFormat, output: Path | None) -> None:
+    """``bench --framework torch|jax``: the drop-in operators (default: all of them) in that framework."""
+    from topk_cli.frameworks.dropin_bench import bench_dropins, check_framework
+    from topk_cli.frameworks.dropin_common import dropin_methods
+    from topk_cli.render.common import ProgressReporter
+    from topk_cli.render.dropin_bench import render_dropin_bench
+
+    check_framework(framework)
+    asked = [m for item in (method or ["all"]) for m in item.split(",") if m]
+    names = list(dropin_methods()) if asked == ["all"] else asked
+    with ProgressReporter("bench", enabled=stderr_is_terminal()) as progress:
+        report = bench_dropins(x, 10 if k is None else k, names, framework=framework, tau=tau, repeats=repeats,
+                               seed=seed, source=source, progress=progress)
+    write_text(render_dropin_bench(report, fmt, color=color_enabled() and output is None), output)
 
 
 @app.command(
