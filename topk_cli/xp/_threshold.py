@@ -142,7 +142,7 @@ class _Rows:
 
 def _rows(xp: Any, z: Array, fin: Array, k: Array) -> _Rows:
     idx = index_dtype(xp, z)
-    s = xp.sort(z, axis=1, descending=True)
+    s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
     return _Rows(xp, z, fin, s, count(xp, fin, idx), k, positions(xp, z, z.shape[1]))
 
 
@@ -152,7 +152,7 @@ def _as_float(xp: Any, a: Array, like: Array) -> Array:
 
 def _entry_search(r: _Rows, link: Link) -> Array:
     """``j* = #{j : G(s_j) < k}`` (``s_j`` the sorted unmasked entries): ``lambda`` lies in
-    ``[s_{j*}, s_{j*-1})``, and ``j*`` entries lie above it."""
+    ``[s_{j*}, s_{j*-1})``, and ``j*`` entries lie above it (a binary search: ``log2(n)`` passes)."""
     xp = r.xp
 
     def below(j: Array) -> Array:
@@ -161,6 +161,56 @@ def _entry_search(r: _Rows, link: Link) -> Array:
         return xp.sum(link.f(xp, r.s - lam[:, None]), axis=1) < r.k
 
     return search(xp, r.nfin, r.s.shape[1], below, r.nfin)
+
+
+def _exclusive_cumsum(xp: Any, a: Array, reverse: bool) -> Array:
+    """``sum_{i < j} a_i`` (or ``sum_{i > j} a_i`` with ``reverse``) for every position ``j`` of a row."""
+    zero = xp.zeros_like(a[:, :1])
+    if reverse:
+        inc = xp.flip(xp.cumulative_sum(xp.flip(a, axis=1), axis=1), axis=1)
+        return xp.concat([inc[:, 1:], zero], axis=1)
+    inc = xp.cumulative_sum(a, axis=1)
+    return xp.concat([zero, inc[:, :-1]], axis=1)
+
+
+def _branch_count(r: _Rows, laplace: bool) -> Array:
+    """``j* = #{j : G(s_j) < k}`` for ``thre-exp`` (``laplace=False``) or ``thre-laplace``, every ``j``
+    at once from two cumulative sums (no search): with ``X_j = sum_{i<j} e^{s_j - s_i}`` and
+    ``Y_j = sum_{i>j} e^{s_i - s_j}``, ``G(s_j) = j + 1 + Y_j`` (exp) or ``j + 1/2 - X_j/2 + Y_j/2``
+    (laplace).
+
+    The sums are taken relative to the ``ceil(k)``-th largest entry ``r`` (``u = s - r``), their
+    exponents clipped to ``[-2V, 2V]`` with ``n e^{3V}`` below the largest float, so nothing
+    overflows. Entries with ``|u_j| <= V`` get ``G(s_j)`` to rounding (a clipped term is below
+    ``e^-V`` of it); the others are decided by bounds: ``u_j > V`` (``j`` under ``ceil(k) - 1``) gives
+    ``G(s_j) <= ceil(k) - 1/2 + n e^-V < k`` and ``u_j < -V`` gives ``G(s_j) >= ceil(k) + 1/2 > k``.
+    Where ``G(s_j)`` is within rounding of ``k`` (a threshold on an entry, ties) ``j*`` may be off by
+    one or more inside a tie: the callers' branch formulas are exact there (see them).
+    """
+    xp = r.xp
+    s = r.s
+    n = s.shape[1]
+    fin = xp.isfinite(s)
+    idx = r.nfin.dtype
+    zero_i = xp.zeros_like(r.nfin)
+    c = xp.clip(xp.astype(xp.ceil(r.k), idx) - 1, zero_i, xp.maximum(r.nfin - 1, zero_i))
+    ref = take(xp, s, c)
+    big = (math.log(float(xp.finfo(s.dtype).max)) - math.log(max(n, 1)) - 1.0) / 3.0
+    zeros = xp.zeros_like(s)
+    u = xp.where(fin, s - ref[:, None], zeros)
+    # one exp pass: e^{u} and, where it matters (|u| <= V), e^{-u} = 1 / e^{u}; masked entries take 1
+    # there and 0 in the sums
+    e = xp.exp(xp.clip(u, -2 * big, 2 * big))
+    em = xp.clip(e, math.exp(-big), math.exp(big))  # the factor e^{u_j} (clipped: <= n e^{3V} in all)
+    y = _exclusive_cumsum(xp, xp.where(fin, e, zeros), True) / em
+    j = _as_float(xp, r.pos, s)
+    if laplace:
+        x = _exclusive_cumsum(xp, xp.where(fin, 1 / e, zeros), False) * em
+        g = (j + 0.5) - x / 2 + y / 2
+    else:
+        g = (j + 1) + y
+    below = fin & ((u > big) | ((u >= -big) & (g < r.k[:, None])))
+    return count(xp, below, idx)
 
 
 def _below_sum(r: _Rows, m: Array, ref: Array) -> Array:
@@ -247,13 +297,31 @@ def _full_rows(r: _Rows) -> Array:
 
 
 def solve_exp(r: _Rows) -> tuple[Array, Array]:
-    """``(ref, shift)`` with ``t = (z - ref) + shift`` for ``thre-exp``."""
+    """``(ref, shift)`` with ``t = (z - ref) + shift`` for ``thre-exp``: ``lambda = min_m lambda_m`` over
+    the branches ``m = j* - 1, j*, j* + 1`` next to :func:`_branch_count`'s ``j*`` (exact when the true
+    branch is among them: ``lambda_m >= lambda`` for every ``m < k``), from one pass: with
+    ``R_m = sum_{i>m} e^{s_i - s_m}``, ``R_{m-1} = e^{s_m - s_{m-1}} (1 + R_m)`` (positive terms only)."""
     xp = r.xp
-    j = _entry_search(r, LINKS["thre-exp"])
+    j = _branch_count(r, laplace=False)
+    zero = xp.zeros_like(j)
     kk = xp.astype(xp.ceil(r.k), r.nfin.dtype)
-    high = xp.maximum(xp.minimum(r.nfin, kk) - 1, xp.zeros_like(kk))  # fewer than k saturate
-    ref, delta = _min_branch(r, j, xp.zeros_like(j), high, _exp_branch)
-    return ref, -delta
+    high = xp.maximum(xp.minimum(r.nfin, kk) - 1, zero)  # fewer than k saturate
+    b = xp.clip(j + 1, zero, high)
+    s_b = take(xp, r.s, b)
+    rest = _below_sum(r, b, s_b)
+    best_ref, best_delta = s_b, xp.log1p(rest) - xp.log(r.k - _as_float(xp, b, r.k))
+    m, s_m = b, s_b
+    for _ in range(2):
+        up = m > 0
+        m = xp.where(up, m - 1, m)
+        s_up = take(xp, r.s, m)
+        rest = xp.where(up, xp.exp(s_m - s_up) * (1 + rest), rest)
+        s_m = s_up
+        delta = xp.log1p(rest) - xp.log(r.k - _as_float(xp, m, r.k))
+        better = (s_m + delta) < (best_ref + best_delta)
+        best_ref = xp.where(better, s_m, best_ref)
+        best_delta = xp.where(better, delta, best_delta)
+    return best_ref, -best_delta
 
 
 def solve_laplace(r: _Rows) -> tuple[Array, Array]:
@@ -262,7 +330,7 @@ def solve_laplace(r: _Rows) -> tuple[Array, Array]:
     xp = r.xp
     # the branch of the search's interval: the Laplace CDF is C1, so where rounding at a
     # breakpoint picks the neighbouring branch, the two roots agree to second order
-    j = _entry_search(r, LINKS["thre-laplace"])
+    j = _branch_count(r, laplace=True)
     ref, delta = _laplace_branch(r, xp.clip(j, xp.zeros_like(j), r.nfin))
     full = _full_rows(r)
     ok = xp.isfinite(ref + delta) & ~full
@@ -398,34 +466,70 @@ SOLVERS: dict[str, Callable[[_Rows], tuple[Array, Array]]] = {
 }
 
 
-def _dk_weights(r: _Rows, link: Link, t: Array, full: Array, method: str) -> Array:
-    """``dp/dk = d / sum d`` per row, computed as ``exp(log d - max log d)`` normalised."""
-    xp = r.xp
-    z, fin = r.z, r.fin
-    zeros = xp.zeros_like(t)
-    log_d = xp.where(fin, link.log_d(xp, t), _neg_inf(xp, t))
-    top = xp.max(log_d, axis=1)
-    ok = xp.isfinite(top)
-    w = xp.exp(log_d - xp.where(ok, top, xp.zeros_like(top))[:, None])
-    if method == "thre-exp":
-        # an integer k whose threshold rounded onto an entry (the mass below the k largest under
-        # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule)
-        sat = fin & (t >= 0)
-        nsat = xp.sum(xp.astype(sat, t.dtype), axis=1)
-        kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
-        low = xp.min(xp.where(sat, z, xp.full_like(z, math.inf)), axis=1)
-        group = sat & (z == low[:, None])
-        wk = xp.where(group, xp.ones_like(t), xp.where(t < 0, xp.exp(xp.minimum(t, zeros)), zeros))
-        w = xp.where(kink[:, None], wk, w)
-    low = xp.min(xp.where(fin, z, xp.full_like(z, math.inf)), axis=1)
-    if link.full == "lowest":
-        wf = xp.where(fin & (z == low[:, None]), xp.ones_like(t), zeros)
-    else:
-        wf = xp.where(fin, xp.exp(xp.where(fin, low[:, None] - z, zeros)), zeros)
-    w = xp.where(full[:, None], wf, w)
-    total = xp.sum(w, axis=1)
-    good = total > 0
-    return xp.where(good[:, None], w / xp.where(good, total, xp.ones_like(total))[:, None], zeros)
+def _row_max(xp: Any, a: Array, mask: Array) -> Array:
+    """The largest ``a`` over ``mask`` per row, 0 where the mask is empty."""
+    top = xp.max(xp.where(mask, a, xp.full_like(a, -math.inf)), axis=1)
+    return xp.where(xp.isfinite(top), top, xp.zeros_like(top))
+
+
+def _weights_exp(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    """``(p, d, w)`` for ``f = min(1, e^t)``: ``w = d / max d`` (finite where every ``d`` underflows),
+    one ``exp`` pass: ``d = w e^{max t}`` (the kink ``t = 0`` counts as saturated, ``d = 0``)."""
+    neg = fin & (t < 0)
+    top = _row_max(xp, t, neg)
+    w = xp.exp(xp.where(neg, t - top[:, None], xp.full_like(t, -math.inf)))
+    d = w * xp.exp(top)[:, None]
+    p = xp.where(neg, d, xp.astype(fin, t.dtype))
+    return p, d, w
+
+
+def _weights_laplace(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    """``(p, d, w)`` for the Laplace CDF from one ``exp`` pass: ``w = e^{-(|t| - min |t|)}``,
+    ``e^{-|t|} = w e^{-min |t|}``."""
+    a = xp.abs(t)
+    low = -_row_max(xp, -a, fin)
+    w = xp.exp(xp.where(fin, low[:, None] - a, xp.full_like(t, -math.inf)))
+    e = w * xp.exp(-low)[:, None]
+    p = xp.where(t >= 0, 1 - e / 2, e / 2)
+    return p, e / 2, w
+
+
+def _weights_sigmoid(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    """``(p, d, w)`` for the sigmoid from one ``exp`` pass, as :func:`_weights_laplace`:
+    ``d = e / (1 + e)^2`` with ``e = e^{-|t|}``, ``w = d e^{min |t|}``."""
+    a = xp.abs(t)
+    low = -_row_max(xp, -a, fin)
+    v = xp.exp(xp.where(fin, low[:, None] - a, xp.full_like(t, -math.inf)))
+    e = v * xp.exp(-low)[:, None]
+    r = 1 / (1 + e)
+    p = xp.where(t >= 0, r, e * r)
+    w = v * r * r
+    return p, e * r * r, w
+
+
+def _weights_clip(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    d = _clip_d(xp, t)
+    return _clip_f(xp, t), d, d
+
+
+def _weights_cube(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    free = _free(t)
+    c = xp.clip(t, 0.0, 1.0)
+    top = _row_max(xp, t, free)
+    v = xp.where(free, t, xp.zeros_like(t)) / xp.where(top > 0, top, xp.ones_like(top))[:, None]
+    return c * c * c, xp.where(free, 3 * t * t, xp.zeros_like(t)), v * v
+
+
+#: ``(p, d, w)`` of each method from ``t = z - lambda`` (``-inf`` masked): the weights ``f(t)``, their
+#: derivatives ``f'(t)`` and ``w``, ``f'(t)`` up to a positive factor per row, finite and not all 0
+#: where the ``f'`` underflow (``w / sum w = dp/dk``).
+WEIGHTS: dict[str, Callable[[Any, Array, Array], tuple[Array, Array, Array]]] = {
+    "thre-exp": _weights_exp,
+    "thre-laplace": _weights_laplace,
+    "thre-sigmoid": _weights_sigmoid,
+    "thre-clip": _weights_clip,
+    "thre-cube": _weights_cube,
+}
 
 
 def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
@@ -437,15 +541,37 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     ref, shift = SOLVERS[method](r)
     t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
     full = _full_rows(r)
-    p = link.f(xp, t)
-    d = xp.where(fin, link.d(xp, t), xp.zeros_like(t))
+    zeros = xp.zeros_like(t)
+    low = -_row_max(xp, -z, fin)  # the smallest unmasked entry
+    at_low = fin & (z == low[:, None])
+    if link.full == "softmin":
+        # rows with k = #unmasked: dp/dk is the limit e^{-z} normalised, which the weights' own w
+        # gives at t = (z - low) + S (there |t| - min |t| = z - low, and 1 + e^{-S} = 1 for the sigmoid)
+        big = 2.0 - math.log(float(xp.finfo(z.dtype).eps))
+        t_w = xp.where(full[:, None], (z - low[:, None]) + big, t)
+    else:
+        t_w = t
+    p, d, w = WEIGHTS[method](xp, t_w, fin)
+    if method == "thre-exp":
+        # an integer k whose threshold rounded onto an entry (the mass below the k largest under
+        # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule)
+        sat = fin & (t >= 0)
+        nsat = xp.sum(xp.astype(sat, t.dtype), axis=1)
+        kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
+        least = -_row_max(xp, -z, sat)
+        group = sat & (z == least[:, None])
+        w = xp.where(kink[:, None], xp.where(group, xp.ones_like(t), d), w)
+    if link.full == "lowest":
+        w = xp.where(full[:, None], xp.astype(at_low, t.dtype), w)
+    total = xp.sum(w, axis=1)
+    good = total > 0
+    w = xp.where(good[:, None], w / xp.where(good, total, xp.ones_like(total))[:, None], zeros)
     fin_f = xp.astype(fin, z.dtype)
-    p = xp.where(full[:, None], fin_f, xp.where(fin, p, xp.zeros_like(p)))
-    d = xp.where(full[:, None], xp.zeros_like(d), d)
-    w = _dk_weights(r, link, t, full, method)
+    p = xp.where(full[:, None], fin_f, xp.where(fin, p, zeros))
+    d = xp.where(full[:, None] | ~fin, zeros, d)
     # g_tau = -(g_z . z) / tau, and g_z sums to 0: z - lambda = t in place of z keeps the terms
     # near the threshold O(1) (no cancellation between far entries, whose d is tiny)
-    t0 = xp.where(fin & ~full[:, None], t, xp.zeros_like(t))
+    t0 = xp.where(fin & ~full[:, None], t, zeros)
     return p, (d, w, t0, tau)
 
 
