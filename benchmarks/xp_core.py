@@ -1,7 +1,7 @@
 """Time the array-API core against the numpy engine (and the framework's softmax), same run.
 
     PYTHONPATH=. python benchmarks/xp_core.py [B] [n] [k] [repeats] [--ns numpy,torch] [--dtype float64,float32]
-        [--methods m1,m2] [--threads N]
+        [--methods m1,m2] [--threads N] [--cpu]
 
 For every method, namespace and dtype: the best of ``repeats`` times of the engine's forward
 (``api.soft_topk``, float64: the engine computes in float64), the core's forward, the core's
@@ -21,11 +21,13 @@ import numpy as np
 from topk_cli import api
 from topk_cli.xp import DROPIN_METHODS, backward, forward
 
+CLOCK = time.perf_counter
+
 
 def _time(fn: Callable[..., Any], *args: Any) -> float:
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     fn(*args)
-    return time.perf_counter() - t0
+    return CLOCK() - t0
 
 
 def _fwd_bwd(x: Any, kk: Any, tt: Any, method: str, g: Any) -> Any:
@@ -55,7 +57,12 @@ def main() -> None:
     ap.add_argument("--dtype", default="float64")
     ap.add_argument("--methods", default=",".join(DROPIN_METHODS))
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--cpu", action="store_true",
+                    help="time the process's CPU time (steadier on a loaded machine; single-threaded runs only)")
     args = ap.parse_args()
+    global CLOCK
+    if args.cpu:
+        CLOCK = time.process_time
     b, n, k, reps = (args.sizes + [1000, 1000, 10, 3][len(args.sizes):])[:4]
     rng = np.random.default_rng(0)
     x64 = rng.standard_normal((b, n))

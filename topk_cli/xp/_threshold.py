@@ -165,12 +165,13 @@ def _entry_search(r: _Rows, link: Link) -> Array:
 
 def _exclusive_cumsum(xp: Any, a: Array, reverse: bool) -> Array:
     """``sum_{i < j} a_i`` (or ``sum_{i > j} a_i`` with ``reverse``) for every position ``j`` of a row."""
-    zero = xp.zeros_like(a[:, :1])
     if reverse:
         inc = xp.flip(xp.cumulative_sum(xp.flip(a, axis=1), axis=1), axis=1)
-        return xp.concat([inc[:, 1:], zero], axis=1)
-    inc = xp.cumulative_sum(a, axis=1)
-    return xp.concat([zero, inc[:, :-1]], axis=1)
+    else:
+        inc = xp.cumulative_sum(a, axis=1)
+    # the inclusive sum less the own term: where that term dominates, the difference keeps its
+    # absolute accuracy (eps times the term), all that G(s_j) = j + ... + (difference) / term needs
+    return inc - a
 
 
 def _branch_count(r: _Rows, laplace: bool) -> Array:
@@ -252,9 +253,16 @@ def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
     s_hi = take(xp, r.s, xp.clip(m - 1, zero, last))  # s_{m-1}, the smallest entry above
     s_lo = take(xp, r.s, xp.clip(m, zero, last))  # s_m, the largest entry below
     ninf = xp.full_like(s_hi, -math.inf)
-    # log(A e^{s_{m-1}}) and log(C e^{-s_m}), each a log-sum whose first term is exactly 1
-    la = xp.where(has_above, xp.log1p(_above_sum(r, m - 1, s_hi)), ninf)
-    lc = xp.where(has_below, xp.log1p(_below_sum(r, m, s_lo)), ninf)
+    # log(A e^{s_{m-1}}) and log(C e^{-s_m}), each a log-sum whose first term is exactly 1; the
+    # other terms, e^{s_{m-1} - s_i} above and e^{s_i - s_m} below (each <= 1), from one exp pass
+    before = r.pos < (m - 1)[:, None]
+    after = r.pos > m[:, None]
+    v = xp.where(before, s_hi[:, None] - r.s, xp.where(after, r.s - s_lo[:, None], _neg_inf(xp, r.s)))
+    e = xp.exp(v)
+    above = xp.sum(e * xp.astype(before, e.dtype), axis=1)
+    below = xp.sum(e * xp.astype(after, e.dtype), axis=1)
+    la = xp.where(has_above, xp.log1p(above), ninf)
+    lc = xp.where(has_below, xp.log1p(below), ninf)
     both = has_above & has_below
     gap = xp.where(both, s_lo - s_hi, ninf)
     log_ac = xp.where(both, gap + xp.where(both, la + lc, xp.zeros_like(la)), ninf)
@@ -339,8 +347,8 @@ def solve_laplace(r: _Rows) -> tuple[Array, Array]:
 
 #: Newton steps of ``thre-sigmoid`` from the ``thre-laplace`` threshold (within ``log 2`` of the
 #: root): quadratic convergence reaches float64's resolution in 5 on the adversarial suite of
-#: tests/test_xp_core.py; 3 more are a margin (a converged step changes nothing).
-SIGMOID_STEPS = 8
+#: tests/test_xp_core.py (4 leave 2e-10); one more is a margin (a converged step changes nothing).
+SIGMOID_STEPS = 6
 #: Newton steps of ``thre-cube`` on its interval, from the left end, on the convex
 #: ``(sum_F (z_i - lambda)^3)^{1/3}``: monotone, exact in one step when the free entries tie.
 CUBE_STEPS = 12
@@ -355,24 +363,33 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     relative to ``sum f'`` where the weights are within an ulp of 0 and 1; a step that is not
     finite (every ``f'`` underflows: then the Laplace root is the sigmoid's to the last digit,
     both balancing ``sum e^{t}`` below against ``sum e^{-t}`` above) keeps the iterate.
+
+    One exp pass for the whole solve (as the numpy engine): with ``x = z - lambda_F`` and
+    ``E = e^{-|x|}``, an entry is ``(A, B) = (1, E)`` where ``x >= 0`` and ``(E, 1)`` below, and at
+    ``lambda = lambda_F + delta`` (``u = e^delta``) ``min(p, q) = min(A, u B) / (A + u B)``, ``p >= 1/2``
+    where ``A >= u B``: every step costs products and divisions of numbers in ``[0, 2]``.
     """
     xp = r.xp
     ref, shift = solve_laplace(r)
-    zr = r.s - ref[:, None]  # the sorted entries relative to ref (order does not matter here)
-    delta = -shift
+    x = (r.s - ref[:, None]) + shift[:, None]  # the sorted entries minus lambda_F (-inf masked)
+    delta0 = -shift
+    delta = delta0
     lo = delta - _LN2
     hi = delta + _LN2
-    fin = xp.isfinite(r.s)
-    zeros = xp.zeros_like(r.s)
+    e = xp.exp(-xp.abs(x))  # 0 on masked entries
+    pos = x >= 0
+    ones = xp.ones_like(x)
+    big_a = xp.where(pos, ones, e)
+    big_b = xp.where(pos, e, ones)
     for _ in range(SIGMOID_STEPS):
-        t = zr - delta[:, None]
-        above = fin & (t > 0)
-        e = xp.exp(-xp.abs(xp.where(fin, t, zeros)))
-        small = e / (1 + e)  # sigmoid(-|t|): p below, 1 - p above
-        res = (xp.sum(xp.where(fin & ~above, small, zeros), axis=1)
-               - xp.sum(xp.where(above, small, zeros), axis=1)
-               - (r.k - xp.sum(xp.astype(above, r.k.dtype), axis=1)))
-        slope = xp.sum(xp.where(fin, e / ((1 + e) * (1 + e)), zeros), axis=1)
+        u = xp.exp(delta - delta0)[:, None]
+        ub = u * big_b
+        above = big_a >= ub  # p >= 1/2 (masked entries: 0 >= u is false)
+        w = xp.minimum(big_a, ub) / (big_a + ub)  # min(p, q); 0 on masked entries
+        total = xp.sum(w, axis=1)
+        w_up = xp.sum(w * xp.astype(above, w.dtype), axis=1)
+        res = (total - w_up) - w_up - (r.k - xp.sum(xp.astype(above, r.k.dtype), axis=1))
+        slope = total - xp.sum(w * w, axis=1)  # sum p q = sum w (1 - w)
         lo = xp.where(res > 0, delta, lo)
         hi = xp.where(res < 0, delta, hi)
         step = delta + res / xp.where(slope > 0, slope, xp.ones_like(slope))
@@ -387,7 +404,7 @@ def _breakpoint_rows(r: _Rows) -> tuple[Array, Array]:
     xp = r.xp
     zz = xp.concat([r.s, r.s], axis=1)
     off = xp.concat([xp.zeros_like(r.s), xp.ones_like(r.s)], axis=1)
-    order = xp.argsort(zz - off, axis=1, descending=True, stable=True)
+    order = xp.argsort(zz - off, axis=1, descending=True, stable=False)
     return xp.take_along_axis(zz, order, axis=1), xp.take_along_axis(off, order, axis=1)
 
 
