@@ -191,26 +191,27 @@ def _branch_count(r: _Rows, laplace: bool) -> Array:
     xp = r.xp
     s = r.s
     n = s.shape[1]
-    fin = xp.isfinite(s)
     idx = r.nfin.dtype
     zero_i = xp.zeros_like(r.nfin)
     c = xp.clip(xp.astype(xp.ceil(r.k), idx) - 1, zero_i, xp.maximum(r.nfin - 1, zero_i))
     ref = take(xp, s, c)
     big = (math.log(float(xp.finfo(s.dtype).max)) - math.log(max(n, 1)) - 1.0) / 3.0
-    zeros = xp.zeros_like(s)
-    u = xp.where(fin, s - ref[:, None], zeros)
-    # one exp pass: e^{u} and, where it matters (|u| <= V), e^{-u} = 1 / e^{u}; masked entries take 1
-    # there and 0 in the sums
-    e = xp.exp(xp.clip(u, -2 * big, 2 * big))
+    u = s - ref[:, None]  # -inf on masked entries (the last positions)
+    # one exp pass: e^{u} and, where it matters (|u| <= V), e^{-u} = 1 / e^{u}
+    e = xp.exp(xp.minimum(u, 2 * big))  # 0 on masked entries
     em = xp.clip(e, math.exp(-big), math.exp(big))  # the factor e^{u_j} (clipped: <= n e^{3V} in all)
-    y = _exclusive_cumsum(xp, xp.where(fin, e, zeros), True) / em
+    y = _exclusive_cumsum(xp, e, True) / em
     j = _as_float(xp, r.pos, s)
+    kk = r.k[:, None]
     if laplace:
-        x = _exclusive_cumsum(xp, xp.where(fin, 1 / e, zeros), False) * em
-        g = (j + 0.5) - x / 2 + y / 2
+        # 1 / e^{u} clipped; a masked position (u = -inf) follows every unmasked one, so it enters
+        # no prefix sum that is read
+        x = _exclusive_cumsum(xp, 1 / xp.maximum(e, math.exp(-2 * big)), False) * em
+        below = (u > big) | ((u >= -big) & ((j + 0.5) + (y - x) / 2 < kk))
     else:
-        g = (j + 1) + y
-    below = fin & ((u > big) | ((u >= -big) & (g < r.k[:, None])))
+        # u_j < -V: j > ceil(k) - 1 and G(s_j) >= j + 1 > k, as computed (y >= 0); masked
+        # positions j >= #unmasked: j + 1 > k likewise
+        below = (u > big) | ((j + 1) + y < kk)
     return count(xp, below, idx)
 
 
@@ -492,20 +493,22 @@ def _row_max(xp: Any, a: Array, mask: Array) -> Array:
 def _weights_exp(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for ``f = min(1, e^t)``: ``w = d / max d`` (finite where every ``d`` underflows),
     one ``exp`` pass: ``d = w e^{max t}`` (the kink ``t = 0`` counts as saturated, ``d = 0``)."""
-    neg = fin & (t < 0)
-    top = _row_max(xp, t, neg)
-    w = xp.exp(xp.where(neg, t - top[:, None], xp.full_like(t, -math.inf)))
+    neg = t < 0  # masked entries (t = -inf) too: d = p = 0 there
+    tn = xp.where(neg, t, xp.full_like(t, -math.inf))
+    top = xp.max(tn, axis=1)
+    top = xp.where(xp.isfinite(top), top, xp.zeros_like(top))
+    w = xp.exp(tn - top[:, None])
     d = w * xp.exp(top)[:, None]
-    p = xp.where(neg, d, xp.astype(fin, t.dtype))
+    p = xp.where(neg, d, xp.ones_like(t))
     return p, d, w
 
 
 def _weights_laplace(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for the Laplace CDF from one ``exp`` pass: ``w = e^{-(|t| - min |t|)}``,
     ``e^{-|t|} = w e^{-min |t|}``."""
-    a = xp.abs(t)
-    low = -_row_max(xp, -a, fin)
-    w = xp.exp(xp.where(fin, low[:, None] - a, xp.full_like(t, -math.inf)))
+    a = xp.abs(t)  # inf on masked entries: w = e = 0 there
+    low = xp.min(a, axis=1)
+    w = xp.exp(low[:, None] - a)
     e = w * xp.exp(-low)[:, None]
     p = xp.where(t >= 0, 1 - e / 2, e / 2)
     return p, e / 2, w
@@ -514,9 +517,9 @@ def _weights_laplace(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array
 def _weights_sigmoid(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for the sigmoid from one ``exp`` pass, as :func:`_weights_laplace`:
     ``d = e / (1 + e)^2`` with ``e = e^{-|t|}``, ``w = d e^{min |t|}``."""
-    a = xp.abs(t)
-    low = -_row_max(xp, -a, fin)
-    v = xp.exp(xp.where(fin, low[:, None] - a, xp.full_like(t, -math.inf)))
+    a = xp.abs(t)  # inf on masked entries: v = e = 0 there
+    low = xp.min(a, axis=1)
+    v = xp.exp(low[:, None] - a)
     e = v * xp.exp(-low)[:, None]
     r = 1 / (1 + e)
     p = xp.where(t >= 0, r, e * r)
@@ -558,37 +561,36 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     ref, shift = SOLVERS[method](r)
     t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
     full = _full_rows(r)
-    zeros = xp.zeros_like(t)
-    low = -_row_max(xp, -z, fin)  # the smallest unmasked entry
-    at_low = fin & (z == low[:, None])
+    full_c = full[:, None]
+    zero_i = xp.zeros_like(r.nfin)
+    low = take(xp, r.s, xp.maximum(r.nfin - 1, zero_i))  # the smallest unmasked entry
     if link.full == "softmin":
         # rows with k = #unmasked: dp/dk is the limit e^{-z} normalised, which the weights' own w
         # gives at t = (z - low) + S (there |t| - min |t| = z - low, and 1 + e^{-S} = 1 for the sigmoid)
         big = 2.0 - math.log(float(xp.finfo(z.dtype).eps))
-        t_w = xp.where(full[:, None], (z - low[:, None]) + big, t)
+        t_w = xp.where(full_c, (z - low[:, None]) + big, t)
     else:
         t_w = t
+    # p, d and w are 0 on masked entries (t = -inf)
     p, d, w = WEIGHTS[method](xp, t_w, fin)
     if method == "thre-exp":
         # an integer k whose threshold rounded onto an entry (the mass below the k largest under
-        # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule)
-        sat = fin & (t >= 0)
-        nsat = xp.sum(xp.astype(sat, t.dtype), axis=1)
+        # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule);
+        # the saturated entries are the largest, so the group is the one equal to s_{#sat - 1}
+        nsat = float(z.shape[1]) - xp.sum(xp.astype(t < 0, t.dtype), axis=1)
         kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
-        least = -_row_max(xp, -z, sat)
-        group = sat & (z == least[:, None])
-        w = xp.where(kink[:, None], xp.where(group, xp.ones_like(t), d), w)
+        least = take(xp, r.s, xp.maximum(xp.astype(nsat, r.nfin.dtype) - 1, zero_i))
+        w = xp.where(kink[:, None], xp.where(z == least[:, None], xp.ones_like(t), d), w)
     if link.full == "lowest":
-        w = xp.where(full[:, None], xp.astype(at_low, t.dtype), w)
+        w = xp.where(full_c, xp.astype(z == low[:, None], t.dtype), w)
     total = xp.sum(w, axis=1)
-    good = total > 0
-    w = xp.where(good[:, None], w / xp.where(good, total, xp.ones_like(total))[:, None], zeros)
-    fin_f = xp.astype(fin, z.dtype)
-    p = xp.where(full[:, None], fin_f, xp.where(fin, p, zeros))
-    d = xp.where(full[:, None] | ~fin, zeros, d)
+    w = w / xp.where(total > 0, total, xp.ones_like(total))[:, None]  # w = 0 where total = 0
+    zeros = xp.zeros_like(t)
+    p = xp.where(full_c, xp.astype(fin, z.dtype), p)
+    d = xp.where(full_c, zeros, d)
     # g_tau = -(g_z . z) / tau, and g_z sums to 0: z - lambda = t in place of z keeps the terms
     # near the threshold O(1) (no cancellation between far entries, whose d is tiny)
-    t0 = xp.where(fin & ~full[:, None], t, zeros)
+    t0 = xp.where(fin & ~full_c, t, zeros)
     return p, (d, w, t0, tau)
 
 
