@@ -380,6 +380,7 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     e = xp.exp(-xp.abs(x))  # 0 on masked entries
     pos = x >= 0
     ones = xp.ones_like(x)
+    zeros = xp.zeros_like(x)
     big_a = xp.where(pos, ones, e)
     big_b = xp.where(pos, e, ones)
     for _ in range(SIGMOID_STEPS):
@@ -388,7 +389,7 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
         above = big_a >= ub  # p >= 1/2 (masked entries: 0 >= u is false)
         w = xp.minimum(big_a, ub) / (big_a + ub)  # min(p, q); 0 on masked entries
         total = xp.sum(w, axis=1)
-        w_up = xp.sum(w * xp.astype(above, w.dtype), axis=1)
+        w_up = xp.sum(xp.where(above, w, zeros), axis=1)
         res = (total - w_up) - w_up - (r.k - xp.sum(xp.astype(above, r.k.dtype), axis=1))
         slope = total - xp.sum(w * w, axis=1)  # sum p q = sum w (1 - w)
         lo = xp.where(res > 0, delta, lo)
@@ -405,7 +406,7 @@ def _breakpoint_rows(r: _Rows) -> tuple[Array, Array]:
     xp = r.xp
     zz = xp.concat([r.s, r.s], axis=1)
     off = xp.concat([xp.zeros_like(r.s), xp.ones_like(r.s)], axis=1)
-    order = xp.argsort(zz - off, axis=1, descending=True, stable=False)
+    order = xp.argsort(off - zz, axis=1, stable=False)  # descending values; ascending sorts directly
     return xp.take_along_axis(zz, order, axis=1), xp.take_along_axis(off, order, axis=1)
 
 
