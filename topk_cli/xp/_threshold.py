@@ -1,11 +1,14 @@
 """The threshold operators ``p_i = f(z_i - lambda)``, ``sum p = k``, on any array-API namespace.
 
-``z = (x - max x) / tau`` row by row; ``lambda`` is found in two stages, both with iteration counts
-fixed by the shapes (so ``jax.jit`` traces them):
+``z = (x - max x) / tau`` row by row, sorted once; ``lambda`` is found in two stages, both with
+iteration counts fixed by the shapes (so ``jax.jit`` traces them):
 
 1. the interval between consecutive breakpoints of ``f`` (entries ``z_j``, and ``z_j - 1`` for the
-   clipped links) that holds ``lambda``: ``G(lambda) = sum_i f(z_i - lambda)`` decreases, so a binary
-   search over the sorted breakpoints (``ceil(log2(#breakpoints + 1))`` evaluations of ``G``) finds it;
+   clipped links) that holds ``lambda``: ``G(lambda) = sum_i f(z_i - lambda)`` decreases, so it is
+   the number of breakpoints where ``G < k``; for ``exp`` and ``laplace`` (and ``sigmoid``'s start)
+   ``G`` at every entry comes from two cumulative sums (:func:`_branch_count`: one ``exp`` pass),
+   for the clipped links from a binary search over the sorted breakpoints
+   (``ceil(log2(#breakpoints + 1))`` evaluations of ``G``);
 2. ``lambda`` on that interval: closed forms for ``exp`` (the smallest of the branch roots
    ``lambda_m`` of the branches next to the interval: ``lambda = min_m lambda_m`` since
    ``f = min(1, e^t)``) and ``laplace`` (the root of the interval's branch), the
@@ -15,8 +18,9 @@ fixed by the shapes (so ``jax.jit`` traces them):
 
 Every ``t = z - lambda`` is formed relative to an entry near ``lambda`` (``t = (z - z_r) + shift``),
 so it keeps full precision at large ``|z|``. The VJP (implicit function theorem) uses ``d = f'(t)``:
-``g_z = d (g - w . g)``, ``g_k = w . g`` with ``w = dp/dk = d / sum d`` computed as
-``exp(log d - max log d)`` normalised (finite where every ``d`` underflows), ``g_x = g_z / tau`` and
+``g_z = d (g - w . g)``, ``g_k = w . g`` with ``w = dp/dk = d / sum d`` computed as ``d / max d``
+normalised, ``d / max d`` from the same ``exp`` pass as ``p`` and ``d`` (finite where every ``d``
+underflows), ``g_x = g_z / tau`` and
 ``g_tau = -(g_z . z) / tau``. Rows with ``k = #unmasked`` (every weight 1) have ``d = 0`` and the
 one-sided ``dp/dk`` from below of the numpy engine (:func:`topk_cli.operators.threshold.threshold_dk`).
 """
@@ -33,98 +37,24 @@ from topk_cli.xp._common import Array, count, index_dtype, positions, search, ta
 _LN2 = math.log(2.0)
 
 
-@dataclass(frozen=True)
-class Link:
-    """One threshold method: ``f``, ``f'`` and ``log f'`` (up to a constant) of ``t = z - lambda``
-    (``t = -inf`` on masked entries), and the limit of ``dp/dk`` on rows with ``k = #unmasked``
-    (``"lowest"``: uniform over the smallest entries; ``"softmin"``: ``e^{-z}`` normalised)."""
-
-    f: Callable[[Any, Array], Array]
-    d: Callable[[Any, Array], Array]
-    log_d: Callable[[Any, Array], Array]
-    full: str
+#: The limit of ``dp/dk`` on rows with ``k = #unmasked`` (every weight 1), as the numpy engine's
+#: :func:`topk_cli.operators.threshold.threshold_dk`: ``"lowest"`` (uniform over the smallest
+#: entries) or ``"softmin"`` (``e^{-z}`` normalised).
+FULL: dict[str, str] = {
+    "thre-exp": "lowest",
+    "thre-laplace": "softmin",
+    "thre-sigmoid": "softmin",
+    "thre-clip": "lowest",
+    "thre-cube": "lowest",
+}
 
 
 def _neg_inf(xp: Any, t: Array) -> Array:
     return xp.full_like(t, -math.inf)
 
 
-def _exp_f(xp: Any, t: Array) -> Array:
-    return xp.exp(xp.minimum(t, xp.zeros_like(t)))
-
-
-def _exp_d(xp: Any, t: Array) -> Array:
-    return xp.where(t < 0, xp.exp(xp.minimum(t, xp.zeros_like(t))), xp.zeros_like(t))
-
-
-def _exp_log_d(xp: Any, t: Array) -> Array:
-    return xp.where(t < 0, t, _neg_inf(xp, t))  # the kink t = 0 counts as saturated (d = 0)
-
-
-def _laplace_f(xp: Any, t: Array) -> Array:
-    e = xp.exp(-xp.abs(t))
-    return xp.where(t >= 0, 1 - e / 2, e / 2)
-
-
-def _laplace_d(xp: Any, t: Array) -> Array:
-    return xp.exp(-xp.abs(t)) / 2
-
-
-def _laplace_log_d(xp: Any, t: Array) -> Array:
-    return -xp.abs(t)
-
-
-def _sigmoid_f(xp: Any, t: Array) -> Array:
-    e = xp.exp(-xp.abs(t))
-    return xp.where(t >= 0, 1 / (1 + e), e / (1 + e))
-
-
-def _sigmoid_d(xp: Any, t: Array) -> Array:
-    e = xp.exp(-xp.abs(t))
-    return e / ((1 + e) * (1 + e))
-
-
-def _sigmoid_log_d(xp: Any, t: Array) -> Array:
-    return -xp.abs(t) - 2 * xp.log1p(xp.exp(-xp.abs(t)))
-
-
 def _free(t: Array) -> Array:
     return (t > 0) & (t < 1)
-
-
-def _clip_f(xp: Any, t: Array) -> Array:
-    return xp.clip(t, 0.0, 1.0)
-
-
-def _clip_d(xp: Any, t: Array) -> Array:
-    return xp.where(_free(t), xp.ones_like(t), xp.zeros_like(t))
-
-
-def _clip_log_d(xp: Any, t: Array) -> Array:
-    return xp.where(_free(t), xp.zeros_like(t), _neg_inf(xp, t))
-
-
-def _cube_f(xp: Any, t: Array) -> Array:
-    c = xp.clip(t, 0.0, 1.0)
-    return c * c * c
-
-
-def _cube_d(xp: Any, t: Array) -> Array:
-    return xp.where(_free(t), 3 * t * t, xp.zeros_like(t))
-
-
-def _cube_log_d(xp: Any, t: Array) -> Array:
-    free = _free(t)
-    return xp.where(free, 2 * xp.log(xp.where(free, t, xp.ones_like(t))), _neg_inf(xp, t))
-
-
-LINKS: dict[str, Link] = {
-    "thre-exp": Link(_exp_f, _exp_d, _exp_log_d, "lowest"),
-    "thre-laplace": Link(_laplace_f, _laplace_d, _laplace_log_d, "softmin"),
-    "thre-sigmoid": Link(_sigmoid_f, _sigmoid_d, _sigmoid_log_d, "softmin"),
-    "thre-clip": Link(_clip_f, _clip_d, _clip_log_d, "lowest"),
-    "thre-cube": Link(_cube_f, _cube_d, _cube_log_d, "lowest"),
-}
 
 
 @dataclass
@@ -148,19 +78,6 @@ def _rows(xp: Any, z: Array, fin: Array, k: Array) -> _Rows:
 
 def _as_float(xp: Any, a: Array, like: Array) -> Array:
     return xp.astype(a, like.dtype)
-
-
-def _entry_search(r: _Rows, link: Link) -> Array:
-    """``j* = #{j : G(s_j) < k}`` (``s_j`` the sorted unmasked entries): ``lambda`` lies in
-    ``[s_{j*}, s_{j*-1})``, and ``j*`` entries lie above it (a binary search: ``log2(n)`` passes)."""
-    xp = r.xp
-
-    def below(j: Array) -> Array:
-        j = xp.clip(j, 0, xp.maximum(r.nfin - 1, xp.zeros_like(r.nfin)))
-        lam = take(xp, r.s, j)
-        return xp.sum(link.f(xp, r.s - lam[:, None]), axis=1) < r.k
-
-    return search(xp, r.nfin, r.s.shape[1], below, r.nfin)
 
 
 def _exclusive_cumsum(xp: Any, a: Array, reverse: bool) -> Array:
@@ -223,22 +140,6 @@ def _below_sum(r: _Rows, m: Array, ref: Array) -> Array:
     return xp.sum(xp.exp(xp.where(after, r.s - ref[:, None], _neg_inf(xp, r.s))), axis=1)
 
 
-def _above_sum(r: _Rows, m: Array, ref: Array) -> Array:
-    """``sum_{i < m} exp(ref - s_i)`` per row (sorted positions before ``m``)."""
-    xp = r.xp
-    before = r.pos < m[:, None]
-    return xp.sum(xp.exp(xp.where(before, ref[:, None] - r.s, _neg_inf(xp, r.s))), axis=1)
-
-
-def _exp_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
-    """``(ref, delta)``: the root ``lambda_m = ref + delta`` of the branch with the ``m`` largest
-    entries saturated, ``ref = s_m``: ``lambda_m = log sum_{i >= m} e^{s_i} - log(k - m)``."""
-    xp = r.xp
-    ref = take(xp, r.s, m)
-    delta = xp.log1p(_below_sum(r, m, ref)) - xp.log(r.k - _as_float(xp, m, r.k))
-    return ref, delta
-
-
 def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
     """``(ref, delta)`` of the Laplace branch with ``m`` entries above ``lambda`` (``0 <= m <= #unmasked``).
 
@@ -280,27 +181,6 @@ def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
     return ref, delta
 
 
-def _min_branch(r: _Rows, j: Array, low: Array, high: Array,
-                branch: Callable[[_Rows, Array], tuple[Array, Array]]) -> tuple[Array, Array]:
-    """``lambda = min(lambda_{j-1}, lambda_j, lambda_{j+1})`` (branches clipped to ``[low, high]``):
-    exact when the true branch is among them (``lambda_m >= lambda`` for every branch ``m``), which
-    holds when the search's ``j`` is off by one through rounding at a breakpoint."""
-    xp = r.xp
-    best_ref = best_delta = None
-    for step in (0, -1, 1):
-        m = xp.clip(j + step, low, high)
-        ref, delta = branch(r, m)
-        if best_ref is None:
-            best_ref, best_delta = ref, delta
-        else:
-            assert best_delta is not None
-            better = (ref + delta) < (best_ref + best_delta)
-            best_ref = xp.where(better, ref, best_ref)
-            best_delta = xp.where(better, delta, best_delta)
-    assert best_ref is not None and best_delta is not None
-    return best_ref, best_delta
-
-
 def _full_rows(r: _Rows) -> Array:
     return r.k >= _as_float(r.xp, r.nfin, r.k)
 
@@ -337,8 +217,9 @@ def solve_laplace(r: _Rows) -> tuple[Array, Array]:
     """``(ref, shift)`` with ``t = (z - ref) + shift`` for ``thre-laplace`` (rows with ``k = #unmasked``
     get a finite placeholder: the caller overwrites them)."""
     xp = r.xp
-    # the branch of the search's interval: the Laplace CDF is C1, so where rounding at a
-    # breakpoint picks the neighbouring branch, the two roots agree to second order
+    # the branch of the count's interval: the Laplace CDF is C1, so where rounding at a
+    # breakpoint picks a neighbouring branch (within a tie: any of the tied), the roots agree to
+    # second order
     j = _branch_count(r, laplace=True)
     ref, delta = _laplace_branch(r, xp.clip(j, xp.zeros_like(j), r.nfin))
     full = _full_rows(r)
@@ -529,8 +410,8 @@ def _weights_sigmoid(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array
 
 
 def _weights_clip(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
-    d = _clip_d(xp, t)
-    return _clip_f(xp, t), d, d
+    d = xp.where(_free(t), xp.ones_like(t), xp.zeros_like(t))
+    return xp.clip(t, 0.0, 1.0), d, d
 
 
 def _weights_cube(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
@@ -557,7 +438,7 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
                       tau: Array) -> tuple[Array, tuple[Array, ...]]:
     """``p`` and the residuals ``(d, w, t0, tau)`` of a threshold method (see the module doc;
     ``t0 = z - lambda``, 0 on masked entries and on rows with every weight 1)."""
-    link = LINKS[method]
+    full_mode = FULL[method]
     r = _rows(xp, z, fin, k)
     ref, shift = SOLVERS[method](r)
     t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
@@ -565,7 +446,7 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     full_c = full[:, None]
     zero_i = xp.zeros_like(r.nfin)
     low = take(xp, r.s, xp.maximum(r.nfin - 1, zero_i))  # the smallest unmasked entry
-    if link.full == "softmin":
+    if full_mode == "softmin":
         # rows with k = #unmasked: dp/dk is the limit e^{-z} normalised, which the weights' own w
         # gives at t = (z - low) + S (there |t| - min |t| = z - low, and 1 + e^{-S} = 1 for the sigmoid)
         big = 2.0 - math.log(float(xp.finfo(z.dtype).eps))
@@ -582,7 +463,7 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
         kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
         least = take(xp, r.s, xp.maximum(xp.astype(nsat, r.nfin.dtype) - 1, zero_i))
         w = xp.where(kink[:, None], xp.where(z == least[:, None], xp.ones_like(t), d), w)
-    if link.full == "lowest":
+    if full_mode == "lowest":
         w = xp.where(full_c, xp.astype(z == low[:, None], t.dtype), w)
     total = xp.sum(w, axis=1)
     w = w / xp.where(total > 0, total, xp.ones_like(total))[:, None]  # w = 0 where total = 0
