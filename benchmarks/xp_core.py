@@ -30,8 +30,12 @@ def _time(fn: Callable[..., Any], *args: Any) -> float:
     return CLOCK() - t0
 
 
-def _fwd_bwd(x: Any, kk: Any, tt: Any, method: str, g: Any) -> Any:
-    return backward(method, forward(x, kk, tt, method)[1], g)
+def _forward(x: Any, kk: Any, tt: Any, method: str, k: int) -> Any:
+    return forward(x, kk, tt, method, k_static=k)
+
+
+def _fwd_bwd(x: Any, kk: Any, tt: Any, method: str, g: Any, k: int) -> Any:
+    return backward(method, forward(x, kk, tt, method, k_static=k)[1], g)
 
 
 def _convert(ns: str, threads: int | None) -> tuple[Callable[[np.ndarray], Any], Callable[[Any], Any]]:
@@ -80,8 +84,8 @@ def main() -> None:
                 for _ in range(reps):  # interleaved, so that a load change hits every figure alike
                     t_eng = min(t_eng, _time(api.soft_topk, x64, k, method))
                     t_sm = min(t_sm, _time(softmax, x))
-                    t_fwd = min(t_fwd, _time(forward, x, kk, tt, method))
-                    t_fb = min(t_fb, _time(_fwd_bwd, x, kk, tt, method, g))
+                    t_fwd = min(t_fwd, _time(_forward, x, kk, tt, method, k))
+                    t_fb = min(t_fb, _time(_fwd_bwd, x, kk, tt, method, g, k))
                 print(f"{method:13s} {ns:6s} {dtype:8s} {1e3 * t_eng:7.1f} {1e3 * t_sm:7.1f} {1e3 * t_fwd:7.1f}"
                       f" {1e3 * t_fb:7.1f} {t_fwd / t_eng:7.2f} {t_fwd / t_sm:8.1f} {t_fb / t_eng:7.2f} {t_fb / t_fwd:7.2f}",
                       flush=True)

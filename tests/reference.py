@@ -556,11 +556,16 @@ REFERENCES: dict[str, RefFn] = {
 
 
 def all_references() -> dict[str, RefFn]:
-    """Every registered method's reference: this module's, and the wider field's from
-    ``reference_wider.py`` (thre-clip, thre-cube, topk-softmax, ot-sinkhorn, perturbed)."""
+    """Every registered method's reference: this module's, the wider field's from
+    ``reference_wider.py`` (thre-clip, thre-cube, topk-softmax, ot-sinkhorn, perturbed), the
+    relaxed-sorting methods' from ``reference_sorting.py`` (neuralsort, softsort, sorting-network) and
+    ``reference_more.py`` (gumbel-topk, coordinate-descent, dftopk, scaled-sigmoid, k-softmax,
+    straight-through)."""
+    import reference_more
+    import reference_sorting
     import reference_wider
 
-    return {**REFERENCES, **reference_wider.REFERENCES}
+    return {**REFERENCES, **reference_wider.REFERENCES, **reference_sorting.REFERENCES, **reference_more.REFERENCES}
 
 
 def reference(method: str, x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> list[Any]:

@@ -91,7 +91,7 @@ def test_a_parameter_no_selected_method_takes_is_refused_naming_the_takers(comma
     k = ["-k", "2", "--values", "3,2,1,4"] if command == "compute" else []
     code, out, err = run_cli(command, *k, "-m", "grad", "--samples", "6")
     assert code == 2 and out == ""
-    _one_line_error(err, "--samples applies to perturbed, and no selected method takes it")
+    _one_line_error(err, "--samples applies to perturbed, gumbel-topk, and no selected method takes it")
 
 
 # ---- output paths: checked before anything is computed -----------------------------------------

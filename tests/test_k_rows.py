@@ -104,7 +104,9 @@ def test_axis_and_k_per_slice() -> None:
         st.soft_topk(x, [1, 2, 3], "hard", axis=0)
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS if not st.METHODS[m].capabilities.monte_carlo])
+#: straight-through's derivatives are thre-sigmoid's by design, not those of its hard forward (its claim says so)
+@pytest.mark.parametrize("method", [m for m in METHODS if not st.METHODS[m].capabilities.monte_carlo
+                                    and st.METHODS[m].guarantees.jacobian])
 def test_derivative_in_tau_matches_finite_differences(method: str) -> None:
     """``wrt="tau"`` against central differences in tau, row by row, and the Jacobian form against
     the VJP form."""

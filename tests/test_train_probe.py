@@ -21,12 +21,14 @@ SMOOTH = [name for name, spec in st.METHODS.items() if spec.family != "baseline"
 #: Methods whose backward pass is the derivative of their forward pass. A Monte-Carlo estimate is
 #: piecewise constant in theta (finite differences give 0); its gradient is an unbiased estimator of
 #: the expectation's derivative instead, which the gradient check measures.
-DIFFERENTIABLE = [name for name in SMOOTH if not st.METHODS[name].capabilities.monte_carlo]
+#: straight-through's backward is thre-sigmoid's by design (its registry claim: jacobian no).
+DIFFERENTIABLE = [name for name in SMOOTH if not st.METHODS[name].capabilities.monte_carlo
+                  and st.METHODS[name].guarantees.jacobian]
 #: Exact monotone operators, picked by their measured guarantees (not by name).
 EXACT = [
     name for name, spec in st.METHODS.items()
     if spec.family != "baseline" and spec.guarantees.monotone_weak and spec.guarantees.hard_limit
-    and spec.guarantees.finite and not spec.capabilities.monte_carlo
+    and spec.guarantees.finite and not spec.capabilities.monte_carlo and spec.guarantees.jacobian
 ]
 
 

@@ -12,9 +12,10 @@ absent. NaN and ``+inf`` are invalid.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, cast
+from functools import partial
+from typing import Any, NoReturn, Union, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -32,7 +33,11 @@ from topk_cli.operators._base import (
     grouped_by_k,
 )
 from topk_cli.operators.grad_recursive import RecursionTrace, grad_recursive_trace
-from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, METHODS, MethodSpec, lookup
+from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, METHODS, MethodSpec, resolve
+
+#: What ``method=`` takes: a registered name or alias, ``FILE.py:FUNCTION``, ``package.module:FUNCTION``
+#: or a callable ``fn(x, k, tau)`` (a user's operator).
+MethodArg = Union[str, Callable[..., Any]]
 
 
 @dataclass(frozen=True)
@@ -100,13 +105,15 @@ class _Prepared:
         return a if self.axis is None else np.moveaxis(a, -1, self.axis)
 
 
-def get_method(method: str) -> MethodSpec:
-    """The registered spec of ``method`` (a name or an alias such as ``lapsum``).
+def get_method(method: object) -> MethodSpec:
+    """The spec of ``method``: a registered name or alias (``lapsum``), or a user's operator
+    (``FILE.py:FUNCTION``, ``package.module:FUNCTION``, a callable; see :func:`topk_cli.registry.resolve`).
 
     Raises:
         UnknownMethodError: the message suggests the closest name and lists the valid ones.
+        UserOperatorError: a user's operator that cannot be loaded (one line, ``FILE:LINE: ...``).
     """
-    return lookup(method)
+    return resolve(method)
 
 
 def check_k(k: object, n: int | None = None, *, name: str = "k") -> int:
@@ -328,7 +335,7 @@ def _check_axis(axis: object, ndim: int) -> int | None:
 
 
 def _prepare(
-    x: ArrayLike, k: object, method: str, tau: object, params: Mapping[str, object] | None = None, axis: object = -1
+    x: ArrayLike, k: object, method: MethodArg, tau: object, params: Mapping[str, object] | None = None, axis: object = -1
 ) -> _Prepared:
     spec = get_method(method)
     impl = spec.bind(params)
@@ -380,9 +387,19 @@ def _prepare(
             raise InvalidArgumentError(
                 f"{label} has only {counts[flat]} unmasked entries (-inf = masked), fewer than k={shown}"
             )
+    top = np.max(x2, axis=-1, keepdims=True)
+    if impl.takes_x:  # x and tau reach the implementation as given; derivatives come with respect to x
+        taken: Any = impl  # its functions take tau as a keyword (Implementation.takes_x)
+        impl = replace(
+            impl, forward=partial(taken.forward, tau=tau_v), jacobian=partial(taken.jacobian, tau=tau_v),
+            vjp=partial(taken.vjp, tau=tau_v),
+        )
+        return _Prepared(
+            spec=spec, impl=impl, params=bound, z=x2, k=k_impl, tau=1.0, shape=shape, out_dtype=out_dtype, x2=x2,
+            top=top, k_rows=k_rows, k_out=k_out, tau_out=tau_out, axis=moved,
+        )
     # every non-finite entry left is -inf (masked) and each row has k > 0 finite ones: the row
     # maximum is finite, and z is -inf exactly on the masked entries
-    top = np.max(x2, axis=-1, keepdims=True)
     with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
         z = np.subtract(x2, top)
         if not isinstance(tau_v, float) or tau_v != 1.0:  # z / 1 = z exactly
@@ -466,7 +483,7 @@ def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
             )
         )
     fwd.code = codes
-    if not impl.elementwise:
+    if not impl.elementwise and not impl.takes_x:
         # rows whose weights the forward computed elementwise already give ties equal bits
         rows = None if fwd.elementwise_rows is None else np.flatnonzero(~fwd.elementwise_rows)
         if "stderr" in fwd.aux:
@@ -477,7 +494,7 @@ def _forward(prep: _Prepared) -> tuple[Forward, tuple[RowFailure, ...]]:
 
 
 def evaluate(
-    x: ArrayLike, k: object, method: str = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1, logs: bool = False,
+    x: ArrayLike, k: object, method: MethodArg = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1, logs: bool = False,
     **params: Any,
 ) -> TopKResult:
     """Compute ``method`` on ``x`` and diagnose every row instead of raising on failure.
@@ -538,7 +555,7 @@ def _logs(prep: _Prepared, fwd: Forward) -> tuple[FloatArray, FloatArray]:
 
 
 def log_soft_topk(
-    x: ArrayLike, k: object, method: str = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1, **params: Any
+    x: ArrayLike, k: object, method: MethodArg = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1, **params: Any
 ) -> tuple[NDArray[Any], NDArray[Any]]:
     """``(log p, log(1 - p))`` of :func:`soft_topk`, for losses on the weights (a binary
     cross-entropy on a mask, the log-likelihood of a subset).
@@ -563,7 +580,7 @@ def log_soft_topk(
 
 
 def soft_topk(
-    x: ArrayLike, k: object, method: str = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1,
+    x: ArrayLike, k: object, method: MethodArg = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1,
     **params: Any,
 ) -> NDArray[Any]:
     """Smooth top-k weights of ``x / tau`` along ``axis`` (the last one by default).
@@ -579,7 +596,9 @@ def soft_topk(
             k (``METHODS[name].capabilities.integer_k`` False: the threshold methods, ``hard``,
             ``ot-sinkhorn``, ``perturbed``) take ``0 < k <= n``; the others an integer
             ``1 <= k <= n``. A row needs at least k unmasked entries.
-        method: a name from ``METHODS`` or an alias (``softtopk methods`` lists them).
+        method: a name from ``METHODS`` or an alias (``softtopk methods`` lists them), or your own
+            operator: ``"FILE.py:FUNCTION"``, ``"package.module:FUNCTION"`` or a callable
+            ``fn(x, k, tau)`` in numpy, PyTorch or JAX (importing a file runs its code).
         tau: temperature > 0, a number or an array broadcastable to the batch shape.
         axis: the axis selected along (``axis=0`` on a tokens x experts matrix selects the
             top-k tokens of each expert).
@@ -633,6 +652,16 @@ def _check_wrt(wrt: object) -> tuple[tuple[str, ...], bool]:
     return names, isinstance(wrt, str)
 
 
+def _require_tau_derivative(prep: _Prepared, names: tuple[str, ...]) -> None:
+    """Refuse ``wrt="tau"`` for an implementation that takes ``x`` and ``tau`` as given (a user's
+    operator): its autodiff gives the derivative with respect to ``x`` only."""
+    if "tau" in names and prep.impl.takes_x:
+        raise InvalidArgumentError(
+            f"the derivative with respect to tau of {prep.spec.name!r} is not available (a user's operator: "
+            "its framework's autodiff gives the derivative with respect to x)"
+        )
+
+
 def _require_dk(prep: _Prepared) -> DkFn:
     """The method's ``dp/dk``, or an error saying it has none."""
     hook = prep.impl.dk
@@ -668,7 +697,7 @@ def _finite_z(prep: _Prepared) -> FloatArray:
 
 
 def jacobian(
-    x: ArrayLike, k: object, method: str = DEFAULT_METHOD, *, tau: object = 1.0, wrt: Wrt = "x", axis: int = -1,
+    x: ArrayLike, k: object, method: MethodArg = DEFAULT_METHOD, *, tau: object = 1.0, wrt: Wrt = "x", axis: int = -1,
     **params: Any,
 ) -> Any:
     """Jacobian ``d p / d x`` of :func:`soft_topk`, shape ``[..., n, n]`` (includes ``1/tau``).
@@ -690,6 +719,7 @@ def jacobian(
     """
     names, single = _check_wrt(wrt)
     prep = _prepare(x, k, method, tau, params, axis)
+    _require_tau_derivative(prep, names)
     n = prep.shape[-1]
     if "k" in names:
         _require_dk(prep)  # before any work
@@ -729,7 +759,7 @@ def _finite_or_raise(prep: _Prepared, out: FloatArray, what: str) -> NDArray[Any
 
 
 def vjp(
-    x: ArrayLike, k: object, v: ArrayLike, method: str = DEFAULT_METHOD, *, tau: object = 1.0, wrt: Wrt = "x",
+    x: ArrayLike, k: object, v: ArrayLike, method: MethodArg = DEFAULT_METHOD, *, tau: object = 1.0, wrt: Wrt = "x",
     axis: int = -1, **params: Any,
 ) -> Any:
     """Vector-Jacobian product ``v^T (d p / d x)`` without forming the Jacobian.
@@ -749,6 +779,7 @@ def vjp(
     """
     names, single = _check_wrt(wrt)
     prep = _prepare(x, k, method, tau, params, axis)
+    _require_tau_derivative(prep, names)
     v_arr = _as_real_array(v, "v")
     if prep.axis is not None and v_arr.ndim == len(prep.shape):
         v_arr = np.moveaxis(v_arr, prep.axis, -1)
@@ -900,7 +931,7 @@ class TopKSum:
 
 
 def evaluate_sum(
-    x: ArrayLike, k: object, method: str = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1,
+    x: ArrayLike, k: object, method: MethodArg = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1,
     **params: Any,
 ) -> TopKSum:
     """The smooth sum of the k largest entries of ``x``, per row, without raising on failure.
@@ -944,7 +975,7 @@ def evaluate_sum(
 
 
 def soft_topk_sum(
-    x: ArrayLike, k: object, method: str = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1,
+    x: ArrayLike, k: object, method: MethodArg = DEFAULT_METHOD, *, tau: object = 1.0, axis: int = -1,
     **params: Any,
 ) -> tuple[FloatArray, FloatArray | None]:
     """``(sum_i p_i x_i, potential or None)`` per row: two smooth sums of the k largest entries.

@@ -90,6 +90,8 @@ INPUT_FORMAT_ALIASES: dict[str, str] = {"tab": "tsv", "ndjson": "jsonl", "txt": 
 METHOD_NAMES: tuple[str, ...] = (
     "hard", "iterative", "weighted-softmax", "grad", "grad-recursive", "thre-exp", "thre-sigmoid",
     "thre-laplace", "thre-clip", "thre-cube", "ot-sinkhorn", "perturbed", "topk-softmax",
+    "gumbel-topk", "coordinate-descent", "dftopk", "scaled-sigmoid", "k-softmax", "straight-through",
+    "neuralsort", "softsort", "sorting-network",
 )
 
 #: The extra parameters of each method that has any (the registry's ``MethodSpec.parameters``).
@@ -101,5 +103,13 @@ METHOD_PARAMETERS: Mapping[str, tuple[ParamSpec, ...]] = MappingProxyType({
     "perturbed": (
         ParamSpec("samples", int, 1000, "Monte Carlo samples (even: antithetic pairs)", minimum=4, maximum=10_000_000, multiple_of=2),
         ParamSpec("seed", int, 0, "seed of the Gaussian noise", minimum=0),
+    ),
+    "gumbel-topk": (
+        ParamSpec("noise", int, 0, "1 adds Gumbel keys (a Monte Carlo mean over the samples), 0 is the deterministic relaxation", minimum=0, maximum=1),
+        ParamSpec("samples", int, 100, "Monte Carlo samples of the Gumbel keys (with noise 1)", minimum=4, maximum=10_000_000, multiple_of=2),
+        ParamSpec("seed", int, 0, "seed of the Gumbel keys (with noise 1)", minimum=0),
+    ),
+    "coordinate-descent": (
+        ParamSpec("iterations", int, 20, "coordinate-descent iterations (n_iters of CoLT5-attention's router: 20)", minimum=1, maximum=100_000),
     ),
 })

@@ -48,6 +48,7 @@ from typer.core import TyperGroup  # noqa: E402
 
 from topk_cli import __version__  # noqa: E402
 from topk_cli.catalog import INPUT_FORMAT_ALIASES, INPUT_FORMATS, METHOD_NAMES, METHOD_PARAMETERS  # noqa: E402
+from topk_cli.cli_params import user_operator_options  # noqa: E402
 from topk_cli.errors import InputError, InvalidArgumentError, SoftTopKError, UnknownMethodError  # noqa: E402
 from topk_cli.output import check_output_path, output_format, plot_format, write_bytes, write_text  # noqa: E402
 from topk_cli.render.common import FIT_WIDTH, OutputFormat, terminal_width  # noqa: E402
@@ -244,7 +245,8 @@ MethodOpt = Annotated[
     Optional[list[str]],
     typer.Option(
         "-m", "--method", metavar="METHOD",
-        help=f"Method (repeatable or comma-separated), or 'all': {', '.join(METHOD_NAMES)}. See 'softtopk methods'.",
+        help=f"Method (repeatable or comma-separated), or 'all': {', '.join(METHOD_NAMES)}. See 'softtopk methods'. "
+        "Or your own operator fn(x, k, tau): FILE.py:FUNCTION or package.module:FUNCTION (importing it runs its code).",
         show_default=False,
     ),
 ]
@@ -478,27 +480,49 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
     """The method names of ``-m``, in the order given; ``all`` means every method (registry order).
 
     ``None`` or an empty list gives ``default``; duplicates are dropped; a comma-separated
-    value (``-m grad,thre-exp``) is accepted too; an alias (``-m lapsum``) gives its method.
+    value (``-m grad,thre-exp``) is accepted too; an alias (``-m lapsum``) gives its method; a user's
+    operator (``FILE.py:FUNCTION``, ``package.module:FUNCTION``) is loaded with the command's
+    ``--framework`` and ``--dtype`` and keeps its name as written.
 
     Raises:
         UnknownMethodError: a name not in the registry (the message suggests the closest name
             and lists the valid ones).
+        UserOperatorError: a user's operator that cannot be loaded (one line, ``FILE:LINE: ...``).
+        InvalidArgumentError: ``--framework`` or ``--dtype`` given without a user's operator.
     """
-    from topk_cli.registry import METHODS, lookup
+    from topk_cli.cli_params import USER_OPTIONS
+    from topk_cli.registry import METHODS, is_user_method, resolve
 
-    if any(not part.strip() for name in (names or []) for part in name.split(",")):
+    framework, dtype = USER_OPTIONS.get()
+    if any(not part.strip() for name in (names or []) for part in _split_methods(name)):
         raise UnknownMethodError(f"-m got an empty method name in {names!r}; name a method or 'all'")
-    requested = [part.strip() for name in (names or []) for part in name.split(",") if part.strip()]
+    requested = [part.strip() for name in (names or []) for part in _split_methods(name) if part.strip()]
     if not requested:
         requested = list(default)
     out: list[str] = []
     for name in requested:
         try:
-            chosen = list(METHODS) if name == "all" else [lookup(name).name]
+            if name == "all":
+                chosen = list(METHODS)
+            elif is_user_method(name):
+                chosen = [resolve(name, framework=framework or "auto", dtype=dtype or "float64").name]
+            else:
+                chosen = [resolve(name).name]
         except UnknownMethodError as exc:
-            raise UnknownMethodError(f"{exc}, or 'all'") from None
+            raise UnknownMethodError(f"{exc}, or 'all' or your own operator as FILE.py:FUNCTION") from None
         out.extend(m for m in chosen if m not in out)
+    if (framework is not None or dtype is not None) and not any(is_user_method(m) for m in out):
+        raise InvalidArgumentError("--framework and --dtype apply to your own operator (-m FILE.py:FUNCTION); "
+                                   "no selected method is one")
     return out
+
+
+def _split_methods(value: str) -> list[str]:
+    """``-m a,b`` as its parts; a user's operator keeps its commas when the whole value is one
+    (``-m 'dir,1/ops.py:f'`` names a file)."""
+    from topk_cli.registry import is_user_method
+
+    return [value] if "," in value and is_user_method(value) and os.path.exists(value.rpartition(":")[0]) else value.split(",")
 
 
 def read_vectors(
@@ -600,9 +624,9 @@ def methods_for_k(names: list[str], non_integer: str | None, *, asked_all: bool)
     """
     if non_integer is None:
         return names
-    from topk_cli.registry import METHODS
+    from topk_cli.registry import METHODS, resolve
 
-    integer_only = [name for name in names if METHODS[name].capabilities.integer_k]
+    integer_only = [name for name in names if resolve(name).capabilities.integer_k]
     if not integer_only:
         return names
     takers = [name for name, spec in METHODS.items() if not spec.capabilities.integer_k]
@@ -689,6 +713,7 @@ def methods(fmt: FormatOpt = OutputFormat.table, output: OutputOpt = None) -> No
     ),
 )
 @boundary
+@user_operator_options()
 @method_options()
 def compute(
     k: KOpt = None,
@@ -724,9 +749,10 @@ def compute(
     """Soft top-k weights of every vector in INPUT, one column per method (default thre-laplace).
 
     Exit code 1 when a method failed numerically on some row (e.g. grad-recursive); the other
-    rows and methods are still printed, and stderr names the failed rows. --samples, --seed,
-    --max-iter and --tol go to the selected methods that take them ('softtopk methods' lists
-    each method's parameters); naming one that no selected method takes is an error.
+    rows and methods are still printed, and stderr names the failed rows. Method parameters
+    (--samples, --seed, --max-iter, --tol, --noise, --iterations) go to the selected methods that
+    take them ('softtopk methods' lists each method's parameters); naming one that no selected
+    method takes is an error.
     """
     from topk_cli.api import DEFAULT_METHOD
     from topk_cli.comparison import build_compute_report
@@ -779,6 +805,7 @@ def compute(
     ),
 )
 @boundary
+@user_operator_options(options=False)
 def verify_properties_command(
     input: InputArg = None,
     method: MethodOpt = None,
@@ -859,6 +886,7 @@ def verify_properties_command(
     ),
 )
 @boundary
+@user_operator_options()
 def temperature_sweep_command(
     k: KOpt = None,
     input: InputArg = None,
@@ -953,6 +981,7 @@ def temperature_sweep_command(
     ),
 )
 @boundary
+@user_operator_options()
 def stability_probe_command(
     method: MethodOpt = None,
     n: Annotated[str, typer.Option("-n", help="Vector lengths, comma-separated.")] = "10,100,1000",
@@ -1018,6 +1047,7 @@ def stability_probe_command(
     ),
 )
 @boundary
+@user_operator_options()
 @method_options("samples", defaults={"samples": "32 here, fresh noise every step"})
 def train_probe_command(
     method: MethodOpt = None,
@@ -1112,6 +1142,7 @@ def train_probe_command(
     ),
 )
 @boundary
+@user_operator_options(options=False)
 def bench_command(
     k: KOpt = None,
     input: InputArg = None,

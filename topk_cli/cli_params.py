@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -204,3 +205,87 @@ def _give_metavar(param: Any) -> None:
     if desc is not None and getattr(desc, "is_choice", False):
         return  # shown as its choices, e.g. <table|csv|json>
     param.metavar = _option_name(param).lstrip("-").upper()
+
+
+# ---------------------------------------------------------------------------------------------
+# users' operators: --framework and --dtype, and what their calls revealed (on stderr)
+
+#: ``(framework, dtype)`` given to the running command for the users' operators it selects
+#: (None: not given); :func:`user_operator_options` sets it, ``cli.resolve_methods`` reads it.
+USER_OPTIONS: ContextVar[tuple[str | None, str | None]] = ContextVar("USER_OPTIONS", default=(None, None))
+
+_FRAMEWORK_HELP = (
+    "The framework your own operator (-m FILE.py:FUNCTION or -m package.module:FUNCTION) is written in: "
+    "auto (from what its module imports; the default), numpy, torch or jax."
+)
+_DTYPE_HELP = (
+    "Run your own operator on scores in this dtype: float32, bfloat16 or float16 (default float64); "
+    "its weights are read back as float64 and the dtype it returned is noted on stderr."
+)
+
+
+def user_operator_options(*, options: bool = True) -> Callable[[Any], Any]:
+    """Give a command ``--framework`` and ``--dtype`` for the users' operators it runs (``options``),
+    and print on stderr, once the command ends (also on exit 1), what their calls revealed besides
+    the weights: text they printed (never on stdout, which carries data), warnings, an input modified
+    in place, another dtype returned, row-by-row calls (``softtopk: note: ...``).
+
+    Raises (from the command): InvalidArgumentError for a framework or dtype that does not exist.
+    """
+    import functools
+    import inspect
+    from typing import Annotated, Optional
+
+    import typer
+
+    def decorate(func: Any) -> Any:
+        signature = inspect.signature(func, eval_str=True)
+        extra = []
+        if options:
+            extra = [
+                inspect.Parameter("framework", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+                    Optional[str], typer.Option("--framework", metavar="auto|numpy|torch|jax", help=_FRAMEWORK_HELP,
+                                                show_default=False)]),
+                inspect.Parameter("user_dtype", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+                    Optional[str], typer.Option("--dtype", metavar="float32|bfloat16|float16", help=_DTYPE_HELP,
+                                                show_default=False)]),
+            ]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from topk_cli.registry import clear_user_notes
+
+            framework, dtype = kwargs.pop("framework", None), kwargs.pop("user_dtype", None)
+            check_user_options(framework, dtype)
+            token = USER_OPTIONS.set((framework, dtype))
+            clear_user_notes()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                USER_OPTIONS.reset(token)
+                print_user_notes()
+
+        wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *extra])  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+def check_user_options(framework: str | None, dtype: str | None) -> None:
+    """``--framework`` and ``--dtype`` are among their choices (checked before anything runs)."""
+    from topk_cli.errors import InvalidArgumentError
+
+    if framework is not None and framework not in ("auto", "numpy", "torch", "jax"):
+        raise InvalidArgumentError(f"--framework must be auto, numpy, torch or jax, got {framework!r}")
+    if dtype is not None and dtype not in ("float64", "float32", "bfloat16", "float16"):
+        raise InvalidArgumentError(f"--dtype must be float32, bfloat16 or float16 (or float64), got {dtype!r}")
+
+
+def print_user_notes() -> None:
+    """``softtopk: note: ...`` on stderr for what the users' operators of this command revealed."""
+    import typer
+
+    from topk_cli.registry import user_notes
+
+    for note in user_notes():
+        typer.echo(f"softtopk: note: {note}", err=True)

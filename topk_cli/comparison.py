@@ -64,6 +64,8 @@ class MethodRun:
     #: Under ``--hardness``: the calibration; ``tau`` is its tau (None when unreachable).
     match: HardnessMatch | None = None
     tau: float | None = None
+    #: Under ``--jacobian``, for a method that has none (a user's numpy operator): why (``jacobian`` is None).
+    jacobian_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,10 @@ def build_compute_report(
         jac = None
         status = np.asarray(result.status).reshape(rows).copy()
         failures = result.failures
-        if with_jacobian:
+        jacobian_note = None
+        if with_jacobian and not spec.capabilities.jacobian:
+            jacobian_note = f"{name} has no Jacobian (a numpy operator has no gradient; nothing stands in for it)"
+        elif with_jacobian:
             jac, derivative_failures = _jacobian_rows(x, k, name, run_tau, status, own)
             failures = failures + derivative_failures
         sums = potential = None
@@ -187,7 +192,7 @@ def build_compute_report(
                 sums=sums, potential=potential,
                 stderr=None if result.stderr is None else np.asarray(result.stderr, dtype=np.float64).reshape(rows, n),
                 params=dict(result.params), outlook=outlook,
-                match=match, tau=match.tau if match is not None else None,
+                match=match, tau=match.tau if match is not None else None, jacobian_note=jacobian_note,
             )
         )
     return ComputeReport(

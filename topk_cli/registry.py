@@ -21,8 +21,9 @@ Adding a method: write its operator module (an :class:`Implementation`), add one
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
+from typing import Any, cast
 
 from topk_cli.catalog import METHOD_NAMES, METHOD_PARAMETERS
 from topk_cli.catalog import ParamSpec as ParamSpec  # re-exported: callers look the record types up here
@@ -41,6 +42,14 @@ from topk_cli.method_spec import (
     ProbeReference,
     StabilityModel,
 )
+from topk_cli.operators import gumbel_topk as _gumbel
+from topk_cli.operators.baselines import K_SOFTMAX, STRAIGHT_THROUGH, k_softmax_reference
+from topk_cli.operators.coordinate_descent import (
+    COORDINATE_DESCENT,
+    DEFAULT_ITERATIONS,
+    coordinate_descent_reference,
+)
+from topk_cli.operators.dftopk import DFTOPK, dftopk_reference
 from topk_cli.operators.grad_recursive import GRAD_RECURSIVE, grad_recursive_trace
 from topk_cli.operators.gradtopk import GRAD
 from topk_cli.operators.hard import HARD
@@ -56,8 +65,18 @@ from topk_cli.operators.potentials import (
     regularised_max,
 )
 from topk_cli.operators.projection import THRE_CLIP, THRE_CUBE, f_clip, f_cube
+from topk_cli.operators.scaled_sigmoid import SCALED_SIGMOID, scaled_sigmoid_reference
 from topk_cli.operators.sequential import ITERATIVE, WEIGHTED_SOFTMAX
 from topk_cli.operators.sinkhorn import DEFAULT_MAX_ITER, DEFAULT_TOL, NO_CONVERGENCE, OT_SINKHORN
+from topk_cli.operators.sorting import (
+    MAX_ROW_ENTRIES,
+    NEURALSORT,
+    SOFTSORT,
+    SORTING_NETWORK,
+    neuralsort_reference,
+    softsort_reference,
+    sorting_network_reference,
+)
 from topk_cli.operators.threshold import THRE_EXP, THRE_LAPLACE
 from topk_cli.operators.threshold_sigmoid import THRE_SIGMOID
 from topk_cli.operators.topk_softmax import TOPK_SOFTMAX, topk_softmax_reference
@@ -82,6 +101,13 @@ _THRESHOLD_REFERENCE = (
     "where |lambda| < ~1e4"
 )
 _SEQUENTIAL_REFERENCE = "the definition run in extended precision (np.longdouble), on trials where it keeps 1 - p above 1e-6"
+_RANK_TIES = (
+    "Exact derivatives away from ties. At a tie the derivatives are those of the branch where the tied entries "
+    "are ordered by position: exact along directions that keep them tied (d/dtau), one-sided per column for a "
+    "tied pair, but for the middle entries of a tie of three or more neither one-sided derivative (no choice "
+    "of sides can also keep d/dtau exact): verify-properties' jacobian check measures 'no' there "
+    "(x = 2,1,1,1,0, k = 5)."
+)
 _SEQUENTIAL_FAILURES = (
     FailureCode("ill-conditioned", "the propagated rounding error of p exceeds 1e-9: the operator is ill-conditioned at this input"),
     FailureCode("inf", "a normaliser vanished (a pole of the operator): the weights are unbounded"),
@@ -388,6 +414,229 @@ _SPECS: tuple[MethodSpec, ...] = (
         implementation=TOPK_SOFTMAX,
         probe=ProbeReference("the closed form by a full sort and softmax in extended precision", topk_softmax_reference),
     ),
+    MethodSpec(
+        name="gumbel-topk",
+        summary="Relaxed subset sampling (Xie & Ermon 2019): k rounds of a = softmax(w), w += log(1 - a); p = sum a.",
+        family="iterative",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=True, monotone_strict=True,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
+        ),
+        reference=(
+            "Xie & Ermon, IJCAI 2019, 'Reparameterizable subset sampling via continuous relaxations' "
+            "(log-weights x / tau, relaxation temperature 1)."
+        ),
+        notes=(
+            "log(1 - a) in log space, without the floor public code clips 1 - a at (which changes the map once a "
+            "key leads by ~87). Entries can exceed 1 (x = 0,-1,-2, k = 3: 1.52, 1, 0.48), and its tau -> 0 limit is "
+            "not hard top-k (x = 0,-1,-2, k = 2: 1.5, 0.5, 0). noise = 1 adds Gumbel keys x / tau + G (seeded, common "
+            "random numbers): a Monte Carlo mean with standard errors and pathwise derivatives; the claims are "
+            "those of the default, deterministic relaxation. The article divides x + sum log(1 - a) by its "
+            "temperature: the same map at tau = 1 only. Cost O(n k) per row (k sequential rounds; the VJP "
+            "stores them): n*k above 1e7 per row is refused."
+        ),
+        implementation=_gumbel.GUMBEL_TOPK,
+        parameters=(
+            *METHOD_PARAMETERS["gumbel-topk"],
+        ),
+        probe=ProbeReference(_SEQUENTIAL_REFERENCE, _gumbel.gumbel_topk_reference),
+        aliases=(
+            Alias("subsets", "Xie & Ermon (IJCAI 2019), 'Reparameterizable subset sampling via continuous relaxations'"),
+        ),
+    ),
+    MethodSpec(
+        name="coordinate-descent",
+        summary="CoLT5's soft top-k: a fixed number of dual coordinate-descent steps towards thre-exp.",
+        family="threshold",
+        guarantees=Guarantees(
+            range=True, sum=False, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "Ainslie et al. 2023, 'CoLT5: faster long-range transformers with conditional computation'; "
+            "coor_descent of lucidrains/CoLT5-attention (eps = tau, n_iters = iterations, no eps-scaling)."
+        ),
+        notes=(
+            "= coor_descent(x - max x, eps = tau): the public code on raw scores also depends on their offset. "
+            "Tends to thre-exp as iterations grow, slowly at small tau: at the default 20 the sum misses k and "
+            "the tau -> 0 limit is not hard top-k (x = 1,2,0, k = 2, tau = 1e-3: 0, 1, 0; README: measured table)."
+        ),
+        implementation=COORDINATE_DESCENT,
+        parameters=(
+            *METHOD_PARAMETERS["coordinate-descent"],
+        ),
+        probe=ProbeReference("the public update run in extended precision (np.longdouble)", coordinate_descent_reference),
+        aliases=(
+            Alias("colt5", "the coordinate-descent router of CoLT5 (Ainslie et al. 2023), coor_descent in lucidrains/CoLT5-attention"),
+        ),
+    ),
+    MethodSpec(
+        name="dftopk",
+        summary="DFTopK: sigmoid(z - m), m the midpoint of the k-th and (k+1)-th scores; O(n), does not sum to k.",
+        family="sigmoid",
+        guarantees=Guarantees(
+            range=True, sum=False, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "Zhu et al. 2025, 'Differentiable fast top-k selection for large-scale recommendation' (DFTopK); "
+            "the authors' DFTopK.py computes the same threshold."
+        ),
+        notes=(
+            "At k = n every weight is 1 (no (k+1)-th score). Kinks where the k-th or (k+1)-th entry changes. "
+            "The hard limit holds for distinct scores; where more than two tie at the k-th value each tends to "
+            "1/2 (x = 0,0,0, k = 1: 0.5 each, hard top-k 1/3). Strictly monotone in exact arithmetic, not claimed: "
+            "1 - p of two scores 745 and 744.9 above the midpoint is the same subnormal float "
+            "(x = 0,-749,-741,-0.1, k = 3; verify-properties --seed 9)."
+        ),
+        implementation=DFTOPK,
+        probe=ProbeReference("the definition by a full sort, the sigmoid in extended precision", dftopk_reference),
+    ),
+    MethodSpec(
+        name="scaled-sigmoid",
+        summary="k sigmoid(z) / sum sigmoid(z), or its complementary form when that sum is below k: sums to k, no solve.",
+        family="sigmoid",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "scaled_sigmoid of public code citing Pervez et al. 2023, 'Neural conditional Poisson sampling': "
+            "k s / S when k <= S, else 1 - (n - k)(1 - s) / (n - S)."
+        ),
+        notes=(
+            "Computed on z = (x - max x) / tau: shift-invariant through that centring (the public code, on raw "
+            "logits, is not). The derivative jumps where sum sigmoid(z) crosses k."
+        ),
+        implementation=SCALED_SIGMOID,
+        probe=ProbeReference("the public formula in extended precision, rows with |S - k| > 1e-9", scaled_sigmoid_reference),
+    ),
+    MethodSpec(
+        name="k-softmax",
+        summary="k * softmax(z): the naive router baseline; sums to k but entries exceed 1.",
+        family="scaled-softmax",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=True, monotone_strict=True,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
+        ),
+        reference="k times the softmax (Bridle 1990): the scaled gate of mixture-of-experts routers.",
+        notes="Its tau -> 0 limit is k on the largest entry. At k = 1 it is softmax (alias 'softmax': at k >= 2 it gives k * softmax).",
+        implementation=K_SOFTMAX,
+        probe=ProbeReference("k softmax(z) in extended precision", k_softmax_reference),
+        aliases=(
+            Alias("softmax", "softmax itself at k = 1 (Bridle 1990); for k >= 2 the same name gives k * softmax"),
+        ),
+    ),
+    MethodSpec(
+        name="straight-through",
+        summary="Straight-through hard top-k: hard forward, thre-sigmoid's Jacobian and VJP backward.",
+        family="surrogate-gradient",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=True, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=False, finite=True, smoothness="discontinuous",
+            sparse=True,
+        ),
+        reference=(
+            "The straight-through estimator (Bengio, Leonard & Courville 2013, 'Estimating or propagating "
+            "gradients through stochastic neurons'), with thre-sigmoid's derivative."
+        ),
+        notes=(
+            "Its Jacobian is thre-sigmoid's at the same tau, not the derivative of the forward (0 wherever it "
+            "exists): verify-properties' finite-difference check measures 'no'. Hard at every tau, so a "
+            "target hardness below 1 is unreachable in train-probe; compare it at fixed --taus."
+        ),
+        implementation=STRAIGHT_THROUGH,
+        capabilities=Capabilities(probe_default=False),
+        probe=ProbeReference("none: the forward is hard top-k, exact by construction"),
+    ),
+    MethodSpec(
+        name="neuralsort",
+        summary="NeuralSort (Grover et al. 2019): the sum of the first k rows of its relaxed sorting matrix.",
+        family="relaxed-sort",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=False, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=False, jacobian=False, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "Grover, Wang, Zweig & Ermon, ICLR 2019, 'Stochastic optimization of sorting networks via continuous "
+            "relaxations': P[i, :] = softmax(((n + 1 - 2i) s - A_s 1) / tau), A_s = |s_j - s_l|."
+        ),
+        notes=(
+            "Rows of P sum to 1, columns do not: sum p = k, but a weight can exceed 1 and k = n is not all ones "
+            "(x = 0,-1,-2, k = 3: p = 0.947, 1.107, 0.947). C0: |s_j - s_l| has kinks where entries cross. "
+            f"{_RANK_TIES} "
+            f"Memory O(k n) per row; k*n above {MAX_ROW_ENTRIES} (2^25) is refused."
+        ),
+        implementation=NEURALSORT,
+        probe=ProbeReference(
+            "the definition (n + 1 - 2i) s - A_s 1 in extended precision (np.longdouble), on rows where its "
+            "logits keep an absolute error below 1e-11",
+            neuralsort_reference,
+        ),
+    ),
+    MethodSpec(
+        name="softsort",
+        summary="SoftSort (Prillo & Eisenschlos 2020): the sum of the first k rows of softmax(-|sort(s)_i - s_j| / tau).",
+        family="relaxed-sort",
+        guarantees=Guarantees(
+            range=False, sum=True, monotone_weak=False, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=True, hard_limit=True,
+            softmax_at_k1=True, jacobian=False, finite=True, smoothness="C0",
+        ),
+        reference=(
+            "Prillo & Eisenschlos, ICML 2020, 'SoftSort: a continuous relaxation for the argsort operator' "
+            "(d = |.|, as in their experiments)."
+        ),
+        notes=(
+            "Exactly softmax at k = 1. Rows of P sum to 1, columns do not: sum p = k, but a weight can exceed 1 "
+            "and k = n is not all ones. C0 (kinks where entries cross). "
+            f"{_RANK_TIES} Memory O(k n) per row; k*n above {MAX_ROW_ENTRIES} (2^25) is refused."
+        ),
+        implementation=SOFTSORT,
+        probe=ProbeReference(
+            "the definition softmax(-|sort(s)_i - s_j|) in extended precision (np.longdouble)",
+            softsort_reference,
+        ),
+    ),
+    MethodSpec(
+        name="sorting-network",
+        summary="Differentiable odd-even sorting network (Petersen et al. 2021), logistic comparators: the k top wires.",
+        family="relaxed-sort",
+        guarantees=Guarantees(
+            range=True, sum=True, monotone_weak=False, monotone_strict=False,
+            shift_invariant=True, permutation_equivariant=False, hard_limit=True,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="discontinuous",
+        ),
+        reference=(
+            "Petersen, Borgelt, Kuehne & Deussen, ICML 2021, 'Differentiable sorting networks for scalable sorting "
+            "and ranking supervision': odd-even transposition network, logistic sigmoid with inverse temperature "
+            "1/tau (diffsort's odd_even network, distribution='logistic', steepness = 1/tau)."
+        ),
+        notes=(
+            "Each comparator mixes its two wires by alpha = sigmoid(z_b - z_a): the relaxed permutation is doubly "
+            "stochastic, so 0 <= p <= 1 and sum p = k. The network compares fixed wires: the result depends on the "
+            "order of the entries (not permutation-equivariant), and tied entries get different weights. "
+            "Equal inputs get equal outputs here as for every method: the weights of exactly tied entries are "
+            "averaged (and so are its derivatives there), so p jumps at an exact tie (k = 2: p = 0.747, 0.596, 0.657 at x = 1,0,1e-9 and at 1,1e-9,0; 0.747, 0.627, 0.627 at 1,0,0); "
+            "C-infinity everywhere else. Memory O(n^2) per row (one state per comparator, n(n-1)/2); n above 8192 "
+            "is refused."
+        ),
+        implementation=SORTING_NETWORK,
+        probe=ProbeReference(
+            "the network run with diffsort's formulas (1 - alpha by subtraction) in extended precision (np.longdouble)",
+            sorting_network_reference,
+        ),
+        aliases=(
+            Alias("diffsort", "diffsort's DiffSortNet (Petersen et al., ICML 2021; Felix-Petersen/diffsort), 'odd_even' network with the logistic distribution"),
+        ),
+    ),
 )
 
 #: Every method, by CLI name, in a stable order.
@@ -427,6 +676,8 @@ def _check_registry() -> None:
     operator_defaults = {
         ("ot-sinkhorn", "max_iter"): DEFAULT_MAX_ITER, ("ot-sinkhorn", "tol"): DEFAULT_TOL,
         ("perturbed", "samples"): DEFAULT_SAMPLES, ("perturbed", "seed"): DEFAULT_SEED,
+        ("gumbel-topk", "samples"): _gumbel.DEFAULT_SAMPLES, ("gumbel-topk", "seed"): _gumbel.DEFAULT_SEED,
+        ("coordinate-descent", "iterations"): DEFAULT_ITERATIONS,
     }
     for (method, name), value in operator_defaults.items():
         if next(p.default for p in METHODS[method].parameters if p.name == name) != value:
@@ -472,6 +723,123 @@ def lookup(name: object) -> MethodSpec:
         f"unknown method {name!r}; {did_you_mean}valid methods: {', '.join(METHODS)}"
         + (f"; aliases: {aliases}" if aliases else "")
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# users' operators: resolved at call time, never copied into METHODS
+
+#: The users' operators resolved in this process, by the name the user wrote (``ops.py:my_topk``).
+_USER_METHODS: dict[str, MethodSpec] = {}
+
+
+def resolve(name_or_spec: object, *, framework: str | None = None, dtype: str | None = None) -> MethodSpec:
+    """The spec of a registered name or alias, or of a user's operator: ``FILE.py:FUNCTION`` (a path,
+    relative or absolute), ``package.module:FUNCTION`` (importable) or a callable ``fn(x, k, tau)``.
+
+    A user's operator is loaded once per process and name (importing a file runs its code) and
+    resolved again under that name; ``framework`` (``auto``, ``numpy``, ``torch``, ``jax``) and ``dtype``
+    (the dtype its scores are given in) reload it when they differ from the last resolution (None:
+    as last resolved, ``auto`` and float64 the first time). It claims nothing (see
+    :mod:`topk_cli.frameworks.user_method`).
+
+    Raises:
+        UnknownMethodError: neither a registered name nor the form of a user's operator.
+        UserOperatorError: a user's operator that cannot be loaded (one line, ``FILE:LINE: ...``).
+    """
+    if isinstance(name_or_spec, str) and (name_or_spec in METHODS or name_or_spec in ALIASES):
+        if framework not in (None, "auto", "numpy") or dtype not in (None, "float64"):
+            raise InvalidArgumentError(
+                f"--framework and --dtype apply to your own operator (FILE.py:FUNCTION), not to the method {name_or_spec!r}"
+            )
+        return lookup(name_or_spec)
+    from topk_cli.frameworks.user import is_user_spec
+
+    if not is_user_spec(name_or_spec):
+        return lookup(name_or_spec)
+    from topk_cli.frameworks.user import load_user_operator
+    from topk_cli.frameworks.user_method import UserMethod
+
+    known = _user_method(name_or_spec)
+    if known is not None:
+        method = known[1]
+        if framework in (None, method.framework_asked) and dtype in (None, method.dtype):
+            return known[0]
+    spec_arg = name_or_spec if isinstance(name_or_spec, str) else cast(Callable[..., Any], name_or_spec)
+    op = load_user_operator(spec_arg, framework=framework or "auto")
+    method = UserMethod(op, dtype or "float64", framework_asked=framework or "auto")
+    spec = method.spec()
+    _USER_METHODS[spec.name] = spec
+    _USER_STATE[spec.name] = method
+    return spec
+
+
+#: The adapter behind each user's operator (its log of findings), by name.
+_USER_STATE: dict[str, Any] = {}
+
+
+def _user_method(name_or_spec: object) -> tuple[MethodSpec, Any] | None:
+    """The spec and adapter already resolved for this string, or for this very callable."""
+    if isinstance(name_or_spec, str):
+        from topk_cli.frameworks.user import spec_origin
+
+        method = _USER_STATE.get(name_or_spec)
+        if method is not None and method.op.origin == spec_origin(name_or_spec):  # a relative path: same folder
+            return _USER_METHODS[name_or_spec], method
+        return None
+    for name, method in _USER_STATE.items():
+        if method.op.fn is name_or_spec:
+            return _USER_METHODS[name], method
+    return None
+
+
+def is_user_method(name: object) -> bool:
+    """True for what names a user's operator (``FILE.py:FUNCTION``, ``package.module:FUNCTION``, a
+    callable) rather than a registered method or alias."""
+    if isinstance(name, str) and (name in METHODS or name in ALIASES):
+        return False
+    from topk_cli.frameworks.user import is_user_spec
+
+    return is_user_spec(name)
+
+
+def user_seconds(name: str) -> float | None:
+    """Wall seconds spent inside a user's operator's own code over every call so far in this
+    process (None for a registered method): the rest of a call's time is the tool's overhead."""
+    method = _USER_STATE.get(name)
+    return None if method is None else float(method.log.seconds)
+
+
+def runs_in_process(names: Collection[str]) -> bool:
+    """True when some of ``names`` must run in this process: a user's operator is loaded here (from
+    a file, a callable, possibly on a framework that does not survive a fork), and what its calls
+    reveal is collected here; grids then run with one job."""
+    return any(name in _USER_STATE for name in names)
+
+
+def clear_user_notes() -> None:
+    """Forget what the users' operators revealed so far (a command starts with none)."""
+    for method in _USER_STATE.values():
+        method.log.notes.clear()
+        method.log.printed.clear()
+
+
+def user_notes(names: Collection[str] | None = None) -> list[str]:
+    """What the calls of the users' operators (among ``names``; None: all resolved ones) revealed
+    besides their weights (text printed on stdout, warnings, an input modified in place, another
+    dtype back, row-by-row calls), one sentence each, prefixed by the operator's name; nothing for a
+    registered method."""
+    out: list[str] = []
+    for name in (list(_USER_STATE) if names is None else names):
+        method = _USER_STATE.get(name)
+        if method is None:
+            continue
+        out.extend(f"{name}: {note}" for note in method.log.notes)
+        printed = "".join(method.log.printed)
+        if printed:
+            lines = printed.rstrip("\n").splitlines()
+            shown = lines[:5] + ([f"... ({len(lines) - 5} more lines)"] if len(lines) > 5 else [])
+            out.append(f"{name}: it printed on stdout (shown here, kept off the tool's stdout): " + " | ".join(shown))
+    return out
 
 
 def check_method_params(methods: Collection[str], given: Mapping[str, object]) -> dict[str, int | float]:

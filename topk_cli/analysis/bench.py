@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 
 from topk_cli.api import evaluate, get_method, vjp
 from topk_cli.errors import InvalidArgumentError, NumericalFailureError
+from topk_cli.registry import user_seconds
 
 #: How peak memory is measured (reported in every result).
 MEMORY_METHOD = "tracemalloc"
@@ -78,6 +79,11 @@ class BenchResult:
     parameters: Mapping[str, int | float] = dataclasses.field(default_factory=dict)
     #: What the reader must know about these parameters ("" when there is nothing to say).
     note: str = ""
+    #: A user's operator: milliseconds per forward call spent inside its own code, and the rest of
+    #: the call (validation, conversion to its framework and back, the checks of its output): the
+    #: tool's overhead. None for a registered method.
+    operator_ms: float | None = None
+    overhead_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -267,10 +273,13 @@ def _bench_one(x: NDArray[Any], v: NDArray[Any], k: Any, name: str, tau: float, 
     fwd_s = seconds_per_call(lambda: evaluate(x, k, name, tau=tau, **params), repeats=repeats, min_time=min_time)
     fwd_ms = fwd_s * 1e3
     peak_fwd = peak_bytes(lambda: evaluate(x, k, name, tau=tau, **params)) if memory else None
+    operator_ms, overhead_ms = _user_split(x, k, name, tau, repeats)
     vjp_ms = vjp_vs_exp = vjp_vs_fwd = None
     peak_vjp = None
     status = "ok" if not failed else f"forward failed on {failed} of {x.shape[0]} rows; VJP not timed"
-    if with_vjp and not failed:
+    if with_vjp and not failed and not get_method(name).capabilities.jacobian:
+        status = "no VJP: the method has no gradient"
+    elif with_vjp and not failed:
         try:
             vjp_s = seconds_per_call(lambda: vjp(x, k, v, name, tau=tau, **params), repeats=repeats, min_time=min_time)
         except NumericalFailureError as exc:  # defensive: the forward pass succeeded above
@@ -285,4 +294,21 @@ def _bench_one(x: NDArray[Any], v: NDArray[Any], k: Any, name: str, tau: float, 
         vjp_ms=vjp_ms, vjp_vs_exp=vjp_vs_exp, vjp_vs_forward=vjp_vs_fwd,
         peak_forward_bytes=peak_fwd, peak_vjp_bytes=peak_vjp, failed_rows=failed, status=status,
         parameters=dict(params), note=_parameters_note(name, params),
+        operator_ms=operator_ms, overhead_ms=overhead_ms,
     )
+
+
+def _user_split(x: NDArray[Any], k: Any, name: str, tau: float, repeats: int) -> tuple[float | None, float | None]:
+    """``(ms inside the user's code, ms of the rest)`` per forward call of a user's operator, from
+    ``max(repeats, 3)`` calls timed whole while the adapter times the user's code; ``(None, None)``
+    for a registered method. The overhead is the difference of two clocks around the same calls."""
+    if user_seconds(name) is None:
+        return None, None
+    calls = max(repeats, 3)
+    inside_before = user_seconds(name) or 0.0
+    start = time.perf_counter()
+    for _ in range(calls):
+        evaluate(x, k, name, tau=tau)
+    total = time.perf_counter() - start
+    inside = (user_seconds(name) or 0.0) - inside_before
+    return inside / calls * 1e3, max(total - inside, 0.0) / calls * 1e3

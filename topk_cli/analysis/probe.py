@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import cast
 
@@ -51,7 +51,7 @@ from topk_cli.operators._base import FloatArray, tie_groups
 from topk_cli.operators.grad_recursive import shared_trace
 from topk_cli.recursion import RecursionOutlook, recursion_outlook
 from topk_cli.references import ReferenceContext
-from topk_cli.registry import METHODS, MONTE_CARLO_STDERRS, MethodSpec
+from topk_cli.registry import METHODS, MONTE_CARLO_STDERRS, MethodSpec, runs_in_process
 
 #: Failure kinds besides the methods' own status codes, in display order.
 CHECK_KINDS = ("sum-error", "out-of-range", "order-violated", "inaccurate")
@@ -126,6 +126,9 @@ class CellResult:
     unclaimed: Mapping[str, int]
     max_error: float
     detection: RecursionDetection | None = None
+    #: The first message of each failure code the method reported here (e.g. the exception a user's
+    #: operator raised), by code.
+    examples: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def failure_rate(self) -> float:
@@ -239,6 +242,7 @@ class _Batch:
     kinds: dict[str, int]
     unclaimed: dict[str, int]
     max_error: float
+    examples: dict[str, str] = field(default_factory=dict)
 
 
 def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: float, tau: float, tol: float, ctx: ReferenceContext,
@@ -257,6 +261,9 @@ def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: float, tau: flo
     unclaimed: dict[str, int] = {}
     for code in sorted(set(status[failed].tolist())):
         kinds[str(code)] = int(np.sum(status == code))
+    examples: dict[str, str] = {}
+    for failure in result.failures:
+        examples.setdefault(failure.code, failure.detail)
     with np.errstate(invalid="ignore"):  # failed rows hold NaN; they are masked by `computed`
         checks = {
             "sum-error": (claims.sum, np.abs(np.sum(p, axis=-1) - k) > tol * k + np.sum(slack, axis=-1)),
@@ -285,7 +292,7 @@ def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: float, tau: flo
         if bad.any():
             kinds["inaccurate"] = int(bad.sum())
             failed |= bad
-    return _Batch(failed=failed, kinds=kinds, unclaimed=unclaimed, max_error=max_error)
+    return _Batch(failed=failed, kinds=kinds, unclaimed=unclaimed, max_error=max_error, examples=examples)
 
 
 def _detect(spec: MethodSpec, z: FloatArray, k: int, ctx: ReferenceContext) -> RecursionDetection | None:
@@ -392,7 +399,7 @@ def _run_unit(u: _Unit) -> list[CellResult]:
                 method=method, n=u.n, k=k, scale=u.scale, trials=u.trials,
                 failures=int(batch.failed.sum()),
                 kinds=dict(batch.kinds), unclaimed=dict(batch.unclaimed),
-                max_error=batch.max_error, detection=detection,
+                max_error=batch.max_error, detection=detection, examples=dict(batch.examples),
             ))
     return cells
 
@@ -466,6 +473,7 @@ def stability_probe(
         for n in n_list if grid[n] for scale in scale_list for group in _method_groups(names)
     ]
     found: dict[tuple[str, int, int | float, float], CellResult] = {}
+    jobs = 1 if runs_in_process(names) else jobs  # a user's operator runs where it was loaded
     for unit_cells in parallel_map(_run_unit, units, jobs=jobs, progress=progress, cost=_unit_cost):
         for cell in unit_cells:
             found[(cell.method, cell.n, cell.k, cell.scale)] = cell

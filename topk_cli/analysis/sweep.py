@@ -212,6 +212,10 @@ def _jacobian_rows(
     return jacs, codes
 
 
+#: ``jacobian_status`` of a method that has no Jacobian (a user's numpy operator).
+NOT_AVAILABLE = "not-available"
+
+
 def _measure(method: str, x: FloatArray, k: Any, tau: float, hard: FloatArray) -> SweepPoint:
     """One method at one tau on the batch ``x`` ``(B, n)``: means over the rows computed."""
     r = evaluate(x, k, method, tau=tau)
@@ -231,9 +235,12 @@ def _measure(method: str, x: FloatArray, k: Any, tau: float, hard: FloatArray) -
         w = p / k
     with np.errstate(divide="ignore", invalid="ignore"):  # 0 log 0 = 0 by convention
         entropy = -np.sum(np.where(w > 0, w * np.log(w), 0.0), axis=-1)
-    jacs, jac_codes = _jacobian_rows(method, x[ok], k, tau)
+    if get_method(method).capabilities.jacobian:
+        jacs, jac_codes = _jacobian_rows(method, x[ok], k, tau)
+        jac_status = _status(np.asarray(jac_codes))
+    else:  # no Jacobian (a user's numpy operator): nothing stands in for it
+        jacs, jac_status = [], NOT_AVAILABLE
     good = [j for j in jacs if j is not None]
-    jac_status = _status(np.asarray(jac_codes))
     if good:
         jac_norm: float | None = float(np.mean([np.linalg.norm(j) for j in good]))
         small: float | None = float(np.mean([np.mean(np.linalg.norm(j, axis=0) < SMALL_GRADIENT) for j in good]))

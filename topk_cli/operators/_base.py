@@ -107,6 +107,11 @@ class Implementation:
     ``max_row_work``: for a method whose cost grows as ``n k`` per row (``k`` sequential rounds over
     the row), the largest ``n k`` the API runs (a larger one is refused before any work, as it
     could not end in reasonable time); None: no limit.
+    ``takes_x``: the implementation receives the validated input rows themselves (``(B, n)`` float64,
+    neither shifted nor scaled, masked entries ``-inf``) in place of ``z``, and ``tau`` as a keyword
+    argument of ``forward``, ``jacobian`` and ``vjp`` (a float, or ``(B, 1)`` per row); its derivatives
+    are with respect to ``x`` (the API divides nothing by ``tau``) and the API averages no ties: what
+    it returns is what the caller gets (a user's own operator).
     ``refine(fwd, z, k, residual)``, when given, returns ``fwd`` recomputed on the rows where the
     rounding of ``z = (x - max x) / tau`` itself matters (scores far below the row maximum, where
     ``ulp(z)`` exceeds what ``x`` determines), using ``residual(rows)``, the rounding error of ``z``.
@@ -124,6 +129,7 @@ class Implementation:
     dk: DkFn | None = None
     vjp_k: VjpKFn | None = None
     log_weights: LogWeightsFn | None = None
+    takes_x: bool = False
 
 
 def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> Forward:

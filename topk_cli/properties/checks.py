@@ -251,7 +251,13 @@ def check_jacobian(method: str, cases: Sequence[Case], *, evaluator: Evaluator |
     >>> check_jacobian("hard", [Case((3.0, 1.0, 2.0), 2)]).holds
     True
     """
-    items = _plain_items if get_method(method).capabilities.monte_carlo else _jacobian_items  # MC: not differentiated
+    spec = get_method(method)
+    if not spec.capabilities.jacobian:  # e.g. a user's numpy operator: no finite difference stands in for it
+        return PropertyResult(
+            method, "jacobian", spec.guarantees.jacobian, None, None, None, 0, len(cases),
+            detail="not available: the method has no Jacobian (a numpy operator has no gradient)",
+        )
+    items = _plain_items if spec.capabilities.monte_carlo else _jacobian_items  # MC: not differentiated
     return _run_check(
         evaluator or Evaluator(), method, "jacobian", _jacobian_cases(cases), _v_jacobian, TOL_JACOBIAN, shrink=False, items=items
     )

@@ -265,7 +265,9 @@ def _line_class(
         d_minus = (3 * g0 - 4 * gm1 + gm2) / (2 * h)
         s_plus = (g0 - 2 * gp1 + gp2) / h**2
         s_minus = (g0 - 2 * gm1 + gm2) / h**2
-        jumps[0].append(np.abs(gp1 - gm1))
+        # a jump across 0, or p(0) off both one-sided limits (a removable jump: a method whose
+        # tied entries are averaged although its value there differs, e.g. a sorting network)
+        jumps[0].append(np.maximum(np.abs(gp1 - gm1), np.abs(2 * g0 - gp1 - gm1)))
         jumps[1].append(np.abs(d_plus - d_minus))
         jumps[2].append(np.abs(s_plus - s_minus))
         sides.append((d_plus, d_minus, s_plus, s_minus))

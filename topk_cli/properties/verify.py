@@ -26,7 +26,7 @@ from topk_cli.properties.results import (
     PropertyResult,
     VerifyReport,
 )
-from topk_cli.registry import METHODS
+from topk_cli.registry import METHODS, runs_in_process
 
 
 def _suite_ks(n: int, k: int | float | None) -> list[int | float]:
@@ -245,6 +245,7 @@ def verify_properties(
         cases = cases_from_vectors(vectors, k, tau=tau, real_k=real_k)
         source = "input"
     units = [(name, props, cases) for name in names]
+    jobs = 1 if runs_in_process(names) else jobs  # a user's operator runs where it was loaded
     per_method = parallel_map(_check_method, units, jobs=jobs, progress=progress, cost=_unit_cost)
     results = [r for method_results in per_method for r in method_results]
     return VerifyReport(

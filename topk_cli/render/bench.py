@@ -16,7 +16,7 @@ from topk_cli.render.common import OutputFormat, format_float, render_csv, rende
 
 RESULT_KEYS = (
     "method", "forward_ms", "forward_vs_exp", "forward_vs_sort", "vjp_ms", "vjp_vs_exp", "vjp_vs_forward",
-    "peak_forward_mib", "peak_vjp_mib", "failed_rows", "status", "parameters",
+    "peak_forward_mib", "peak_vjp_mib", "failed_rows", "status", "parameters", "operator_ms", "overhead_ms",
 )
 CSV_COLUMNS = (
     "batch", "n", "k", "tau", "dtype", "repeats", *RESULT_KEYS, "exp_ms", "sort_ms", "partition_ms", "memory_method",
@@ -35,6 +35,7 @@ def _result_dict(r: BenchResult) -> dict[str, Any]:
         "vjp_vs_forward": r.vjp_vs_forward, "peak_forward_mib": _mib(r.peak_forward_bytes),
         "peak_vjp_mib": _mib(r.peak_vjp_bytes), "failed_rows": r.failed_rows, "status": r.status,
         "parameters": dict(r.parameters),
+        "operator_ms": r.operator_ms, "overhead_ms": r.overhead_ms,
     }
 
 
@@ -100,6 +101,11 @@ def render_bench(report: BenchReport, fmt: OutputFormat, *, color: bool = False)
                 for res in doc["results"]]
         return render_csv(rows, CSV_COLUMNS)
     notes = "".join(f" {r.note}." for r in report.results if r.note)
+    notes += "".join(
+        f" {r.method}: {format_float(r.operator_ms, 3)} ms per forward call inside its own code, "
+        f"{format_float(r.overhead_ms, 3)} ms the tool's overhead (validation, conversion, checks)."
+        for r in report.results if r.operator_ms is not None and r.overhead_ms is not None
+    )
     note = Text(
         f"Input {report.source}: {report.input_bytes / _MIB:.2f} MiB. x exp, x sort: time / the numpy baseline on "
         f"the same array in this run. Peak = largest extra memory traced by {report.memory_method} during one call."

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from topk_cli.comparison import BOUNDARY_WARNING_DIGITS, ComputeReport, MethodRun, row_label, row_title
 from topk_cli.errors import InvalidArgumentError
-from topk_cli.registry import ALIASES, METHODS
+from topk_cli.registry import ALIASES, METHODS, resolve
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
 #: Tables show at most this many vectors (blocks) and entries per vector.
@@ -47,7 +47,7 @@ def compute_warnings(report: ComputeReport) -> list[str]:
         if "level" in failure.detail:
             level = ""
         hint = ""
-        equivalent = METHODS[failure.method].stable_equivalent
+        equivalent = resolve(failure.method).stable_equivalent
         if equivalent is not None and f"'{equivalent}'" not in failure.detail:
             hint = f"; use -m {equivalent} (the same operator, computed stably)"
         lines.append(
@@ -64,7 +64,7 @@ def _boundary_warnings(report: ComputeReport, run: MethodRun) -> list[str]:
     outlook = run.outlook
     if outlook is None:
         return []
-    equivalent = METHODS[run.method].stable_equivalent
+    equivalent = resolve(run.method).stable_equivalent
     advice = f"; use -m {equivalent}" if equivalent else ""
     near = (run.status == "ok") & (outlook.fails | (outlook.digits_lost >= BOUNDARY_WARNING_DIGITS))
     lines = []
@@ -142,7 +142,7 @@ def render_compute_table(
     shown_rows = min(rows, max_blocks)
     for r in range(shown_rows):
         renderables.append(_block(report, r, max_entries))
-        if report.runs and report.runs[0].jacobian is not None:
+        if any(run.jacobian is not None for run in report.runs):
             renderables.extend(_jacobian_tables(report, r))
     if rows > shown_rows:
         notes.append(
@@ -153,8 +153,9 @@ def render_compute_table(
             f"the table shows the first {max_entries} of {n} entries per vector (the sums cover all); "
             "use --format csv or json for all"
         )
-    if report.runs and report.runs[0].jacobian is not None and n > TABLE_MAX_JACOBIAN_N:
+    if any(run.jacobian is not None for run in report.runs) and n > TABLE_MAX_JACOBIAN_N:
         notes.append(f"the table omits Jacobians for n > {TABLE_MAX_JACOBIAN_N}; use --format json")
+    notes.extend(run.jacobian_note for run in report.runs if run.jacobian_note)
     temperature = f"tau={format_float(report.tau)}" if report.hardness is None else f"top-k mass {report.hardness:g}"
     header = Text(
         f"soft top-k of {data.source}: {_k_header(report)}, {temperature}, n={n}"
@@ -370,6 +371,9 @@ def render_compute_json(report: ComputeReport) -> str:
                 tau=run.tau, topk_mass=run.match.mass, hardness_status=run.match.status,
                 hardness_reason=run.match.reason,
             )
+        if run.jacobian_note is not None:
+            entry["jacobian"] = None
+            entry["jacobian_note"] = run.jacobian_note
         if run.jacobian is not None:
             entry["jacobian"] = [
                 big(_json_matrix(run.jacobian[r])) if run.status[r] == "ok" else None for r in range(rows)

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from topk_cli.analysis.probe import REFERENCES, Boundary, CellResult, ProbeReport
-from topk_cli.registry import METHODS
+from topk_cli.registry import resolve
 from topk_cli.render.common import OutputFormat, format_float, render_csv, render_json, renderables_to_text
 
 #: Heatmap glyphs by failure rate: none, (0, 25%], (25%, 50%], (50%, 75%], (75%, 100%].
@@ -71,7 +71,7 @@ def _boundaries_table(report: ProbeReport) -> Table:
     for b in report.boundaries:
         if b.method in quiet:
             continue
-        recursive = METHODS[b.method].stability is not None
+        recursive = resolve(b.method).stability is not None
         table.add_row(
             b.method, str(b.n), str(b.k), _scale(b.first_failing_scale),
             _scale(b.first_breaking_scale) if recursive else "",
@@ -162,6 +162,9 @@ def render_probe_table(report: ProbeReport) -> list[RenderableType]:
     if detection is not None:
         parts.append(detection)
     parts.append(_boundaries_table(report))
+    examples = _examples(report)
+    if examples:
+        parts.append(Text("First message per failure kind:\n" + "\n".join(examples)))
     parts.append(Text(
         "first failing: any failure (incl. the method's own 'cancellation' refusals); log0/log<0 seen: "
         "the recursion broke; predicted: error-amplification model; saturation model: some 1 - p < 2^-53 "
@@ -170,12 +173,23 @@ def render_probe_table(report: ProbeReport) -> list[RenderableType]:
     return [Group(*parts)]
 
 
+def _examples(report: ProbeReport) -> list[str]:
+    """``method: kind: message`` for the first message of each (method, failure kind) on the grid."""
+    seen: dict[tuple[str, str], str] = {}
+    for c in report.cells:
+        for code, message in c.examples.items():
+            seen.setdefault((c.method, code), message)
+    return [f"  {method}: {code}: {message}" for (method, code), message in seen.items()]
+
+
 def _cell_dict(c: CellResult) -> dict[str, Any]:
     out: dict[str, Any] = {
         "method": c.method, "n": c.n, "k": c.k, "scale": c.scale, "trials": c.trials,
         "failures": c.failures, "kinds": dict(c.kinds), "unclaimed": dict(c.unclaimed),
         "max_error": None if math.isnan(c.max_error) else c.max_error,
     }
+    if c.examples:
+        out["examples"] = dict(c.examples)
     d = c.detection
     if d is not None:
         out["detection"] = {
@@ -194,7 +208,7 @@ def _boundary_dict(b: Boundary) -> dict[str, Any]:
         "method": b.method, "n": b.n, "k": b.k, "first_failing_scale": b.first_failing_scale,
         "predicted_scale": b.predicted_scale,
     }
-    if METHODS[b.method].stability is not None:
+    if resolve(b.method).stability is not None:
         out["first_breaking_scale"] = b.first_breaking_scale
         out["saturation_scale"] = b.saturation_scale
     return out

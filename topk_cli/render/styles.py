@@ -36,7 +36,8 @@ class PlotStyle:
 
 #: Per family (the registry's ``family``), the looks of its members in registry order: one hue
 #: per family (black baseline, blue gradient, orange/brown iterative, green threshold, purple
-#: optimal transport, red Monte Carlo, magenta pseudo-smooth), a shade, marker and line style each.
+#: optimal transport, red Monte Carlo, magenta pseudo-smooth, gold sigmoid, cyan scaled softmax, indigo
+#: surrogate gradient, brown relaxed sorting), a shade, marker and line style each.
 FAMILY_STYLES: dict[str, tuple[PlotStyle, ...]] = {
     "baseline": (PlotStyle("#000000", "s", ":"), PlotStyle("#404040", "D", "--")),
     "gradient": (PlotStyle("#1f4e9c", "o"), PlotStyle("#5fa8e8", "v", "--"), PlotStyle("#08306b", "<", "-.")),
@@ -49,6 +50,10 @@ FAMILY_STYLES: dict[str, tuple[PlotStyle, ...]] = {
     "optimal-transport": (PlotStyle("#6a3d9a", "h"), PlotStyle("#9e7cc1", "H", "--")),
     "perturbed": (PlotStyle("#d62728", "*", "--"), PlotStyle("#f08080", "x", "-.")),
     "pseudo-smooth": (PlotStyle("#e7298a", "p", "-."), PlotStyle("#c51b7d", "h", ":")),
+    "sigmoid": (PlotStyle("#b8860b", "d", "-."), PlotStyle("#e6ab02", "P", ":")),
+    "scaled-softmax": (PlotStyle("#0097a7", "o", "--"),),
+    "surrogate-gradient": (PlotStyle("#3949ab", "s", "-."),),
+    "relaxed-sort": (PlotStyle("#8d6e63", "d"), PlotStyle("#5d4037", "8", "--"), PlotStyle("#a1887f", "*", "-.")),
 }
 
 

@@ -14,13 +14,16 @@ Conventions: ``x`` may hold ``-inf`` (masked: weight exactly 0; ``k`` counts unm
 from __future__ import annotations
 
 from topk_cli.xp._common import Array, namespace, scaled
+from topk_cli.xp._grad import Scan, grad_backward, grad_forward
 from topk_cli.xp._hard import hard_backward, hard_forward
 from topk_cli.xp._threshold import SOLVERS, threshold_backward, threshold_forward
 
-#: The methods these functions compute (``grad``, GradTopK's dynamic program, is not ported yet:
-#: it runs on the numpy engine only).
-DROPIN_METHODS: tuple[str, ...] = ("hard", "thre-exp", "thre-laplace", "thre-sigmoid", "thre-clip", "thre-cube")
-#: Those that take a real ``k`` (and one per row); ``grad`` takes an integer ``k`` only.
+#: The methods these functions compute.
+DROPIN_METHODS: tuple[str, ...] = (
+    "hard", "thre-exp", "thre-laplace", "thre-sigmoid", "thre-clip", "thre-cube", "grad",
+)
+#: Those that take a real ``k`` (and one per row); ``grad`` takes one integer ``k`` for every row
+#: (``forward``'s ``k_static``).
 REAL_K_METHODS: tuple[str, ...] = ("hard", "thre-exp", "thre-laplace", "thre-sigmoid", "thre-clip", "thre-cube")
 
 
@@ -34,12 +37,28 @@ def _check_method(method: str, st_method: str | None) -> None:
             raise ValueError(f"st_method must be a soft method of {', '.join(DROPIN_METHODS[1:])}, got {st_method!r}")
 
 
-def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | None = None) -> tuple[Array, tuple[Array, ...]]:
+def _grad_k(k_static: int | None, n: int) -> int:
+    if k_static is None:
+        raise ValueError("method 'grad' needs k_static, its integer k (the same for every row, static under jax.jit)")
+    if isinstance(k_static, bool) or not isinstance(k_static, int) or not 1 <= k_static <= n:
+        raise ValueError(f"k_static must be an integer in [1, n={n}] for method 'grad', got {k_static!r}")
+    return k_static
+
+
+def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | None = None,
+            k_static: int | None = None, scan: Scan | None = None) -> tuple[Array, tuple[Array, ...]]:
     """``(p, residuals)`` of ``method`` on the rows of ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
 
     ``p`` has ``x``'s shape and dtype; ``residuals`` is a tuple of arrays, what :func:`backward`
     needs. ``st_method`` (``method="hard"`` only): the soft method whose gradient a straight-through
     estimator uses; then the residuals are that method's.
+
+    ``k_static`` (``grad`` only, required there): ``k`` as a Python ``int``, the same for every row
+    (``k`` must hold that value; it is not read, so that nothing goes back to the host) and static
+    under ``jax.jit``: the dynamic program's shapes depend on it. ``scan`` (``grad`` only): the loop
+    driver of its ``n``-step sweeps, with the semantics of ``jax.lax.scan`` (pass ``jax.lax.scan``
+    under ``jax.jit``: the default Python loop unrolls ``n`` steps into the graph, whose compile
+    time then grows faster than ``n``); the default is a Python loop.
     """
     _check_method(method, st_method)
     xp = namespace(x, k, tau)
@@ -47,15 +66,17 @@ def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | Non
     if method == "hard":
         p, residuals = hard_forward(xp, z, fin, k)
         if st_method is not None:
-            _, residuals = forward(x, k, tau, st_method)
+            _, residuals = forward(x, k, tau, st_method, k_static=k_static, scan=scan)
         return p, residuals
+    if method == "grad":
+        return grad_forward(xp, z, fin, _grad_k(k_static, x.shape[1]), tau, scan)
     if method in SOLVERS:
         return threshold_forward(xp, method, z, fin, k, tau)
     raise NotImplementedError(f"method {method!r} is not implemented yet in the array-API core")
 
 
 def backward(method: str, residuals: tuple[Array, ...], g: Array, *,
-             st_method: str | None = None) -> tuple[Array, Array, Array]:
+             st_method: str | None = None, scan: Scan | None = None) -> tuple[Array, Array, Array]:
     """``(g_x, g_k, g_tau)``: the vector-Jacobian products of :func:`forward`'s ``p`` with the
     cotangent ``g`` (``(B, n)``) with respect to ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
 
@@ -63,12 +84,18 @@ def backward(method: str, residuals: tuple[Array, ...], g: Array, *,
     and ``g_tau`` are 0) and piecewise linear in ``k``: ``g_k = sum_at g / #at`` over the entries
     tied at the cut (from below at an integer k), as the numpy engine's ``dp/dk``. With ``st_method`` the products are that method's
     (straight-through: hard forward, soft backward).
+
+    ``grad``: ``g_k`` is 0 (``k`` is an integer) and ``g_x``, ``g_tau`` are exact, by forward mode
+    through the dynamic program (the Jacobian is symmetric); its residuals carry ``k_static`` in a
+    shape, so :func:`backward` needs nothing more than ``scan`` (as :func:`forward`'s).
     """
     _check_method(method, st_method)
     xp = namespace(g, *residuals)
     name = st_method if st_method is not None else method
     if name == "hard":
         return hard_backward(xp, residuals, g)
+    if name == "grad":
+        return grad_backward(xp, residuals, g, scan)
     if name in SOLVERS:
         return threshold_backward(xp, residuals, g)
     raise NotImplementedError(f"method {name!r} is not implemented yet in the array-API core")

@@ -1,0 +1,186 @@
+"""``coordinate-descent``: CoLT5's fixed-iteration dual ascent for a soft top-k (``coor_descent``).
+
+CoLT5 (Ainslie et al., 2023, "CoLT5: faster long-range transformers with conditional
+computation") routes tokens with a soft top-k computed by a fixed number of coordinate-descent
+steps on the dual of the entropy-regularised top-k LP (Wright 2015, "Coordinate descent
+algorithms"). The public implementation, ``coor_descent`` of lucidrains/CoLT5-attention
+(``colt5_attention/coor_descent.py``), runs on scores ``s`` with temperature ``eps``::
+
+    a = 0; b = -s
+    repeat n_iters times:
+        a = eps * (log k - logsumexp((s + b) / eps))
+        b = -relu(s + a)
+    p = exp((s + a + b) / eps)
+
+Every quantity scales with ``eps``, so this is the same map of ``s / eps`` at ``eps = 1``: here it
+runs on ``z = (x - max x) / tau`` with ``eps = 1``, i.e. it is ``coor_descent(x - max x, eps=tau)``
+with the schedule of its defaults (``eps_init = None``, ``eps_decay = 1``: no eps-scaling).
+``iterations`` defaults to 20, the ``n_iters`` of the repository's router (its ``topk`` helper and
+transformer block). The public code runs on the raw scores: its first step ``a = eps (log k -
+log n)`` does not follow an offset of ``s``, so there the fixed-count result depends on the
+offset; here it is taken at ``max x = 0`` (the API's z), which makes the map shift-invariant.
+
+At a fixed point ``p = min(1, exp(z + a))`` with ``sum p = k``: thre-exp. After a finite number of
+iterations the last ``b`` update moves ``p`` off ``sum p = k`` (the ``a`` update made the sum of
+``exp(z + a + b_old)`` exactly k); ``p`` stays in ``[0, 1]`` (it is ``exp(min(z + a, 0))``).
+Masked entries (``-inf``) are left out of the log-sum-exp and get weight 0, as the mask of the
+public code does.
+
+Derivatives: exact, by reverse mode through the iterations (recomputed from ``z``); the first ``a``
+does not depend on ``z`` (``s + b = 0``). At a kink (``z + a = 0`` exactly, e.g. every entry at
+``k = n`` with all scores tied) the derivative is the one-sided one of an increase of the first
+largest entry: ``relu`` takes slope 1 at 0 on that entry and 0 on the others.
+As the map is taken at ``max z = 0``, they are those of ``z -> G(z - max z)`` (:func:`through_the_shift`),
+so that ``dp/dx = (dp/dz) / tau`` holds as the API assumes.
+The Jacobian is the VJP of every row of the identity.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from topk_cli.operators._base import FloatArray, Forward, Implementation
+from topk_cli.operators._by_vjp import jacobian_from_vjp
+from topk_cli.references import BoolArray, ReferenceContext
+
+#: ``n_iters`` of the public router.
+DEFAULT_ITERATIONS = 20
+
+
+def _run(z: FloatArray, k: int, iterations: int, record: bool = False, top: np.ndarray | None = None
+         ) -> tuple[FloatArray, list[FloatArray], list[np.ndarray]]:
+    """The iterations: ``(u, pis, pos)`` with ``u = z + a`` of the last one, the softmax of
+    ``z + b`` of every iteration (when recording) and where ``u > 0`` of every iteration."""
+    fin = np.isfinite(z)
+    s = np.where(fin, z, 0.0)
+    logk = math.log(k)
+    b = -s
+    pis: list[FloatArray] = []
+    pos: list[np.ndarray] = []
+    u = s
+    # the kink u = 0 (relu) is taken from the side of an increase of the first largest entry, to which
+    # the derivative of the centring goes: saturated (u > 0) there, free (u < 0) elsewhere
+    is_top = np.zeros(z.shape, dtype=bool)
+    is_top[np.arange(z.shape[0]), np.argmax(z, axis=1) if top is None else top] = True
+    for _ in range(iterations):
+        sb = np.where(fin, s + b, -np.inf)
+        top = sb.max(axis=1, keepdims=True)
+        with np.errstate(under="ignore"):
+            e = np.exp(sb - top)
+        total = e.sum(axis=1, keepdims=True)
+        a = logk - (top + np.log(total))
+        u = s + a
+        b = -np.maximum(u, 0.0)
+        if record:
+            pis.append(e / total)
+            pos.append((u > 0.0) | ((u == 0.0) & is_top))
+    if record:
+        pos.append((u > 0.0) | ((u == 0.0) & is_top))
+    return np.where(fin, u, -np.inf), pis, pos
+
+
+def coordinate_descent_forward(z: FloatArray, k: int, *, iterations: int = DEFAULT_ITERATIONS) -> Forward:
+    """``p = exp(min(z + a, 0))`` after ``iterations`` steps; ``q = -expm1(...)`` exactly.
+
+    >>> np.round(coordinate_descent_forward(np.array([[0.0, -1.0, -2.0]]), 1).p, 4)
+    array([[0.6652, 0.2447, 0.09  ]])
+    """
+    u, _, _ = _run(z, k, iterations)
+    t = np.minimum(u, 0.0)  # = (z + a) + (-relu(z + a)), exactly
+    with np.errstate(under="ignore"):
+        return Forward(p=np.exp(t), q=-np.expm1(t))
+
+
+#: Elements of the recorded iterations (``iterations n`` per row) one reverse pass holds at once.
+_CHUNK = 1 << 23
+
+
+def _vjp_many(z: FloatArray, k: int, v: FloatArray, iterations: int) -> FloatArray:
+    """``V dp/dz`` for ``V (B, C, n)``, rows taken in chunks that bound the recorded iterations' memory."""
+    step = max(1, _CHUNK // (iterations * z.shape[1] + v[0].size))
+    if z.shape[0] <= step:
+        return _vjp_ties(z, k, v, iterations)
+    return np.concatenate([_vjp_ties(z[i:i + step], k, v[i:i + step], iterations) for i in range(0, z.shape[0], step)])
+
+
+def _vjp_ties(z: FloatArray, k: int, v: FloatArray, iterations: int) -> FloatArray:
+    """``V dp/dz`` for ``V (B, C, n)``. Where several entries tie at the largest score no derivative
+    exists (the map is not shift-invariant before the centring): the entry of each of them is the
+    one-sided derivative of its own increase (it becomes the largest), one reverse pass per tied entry."""
+    tied = z == 0.0  # the largest entries (z = x - max x)
+    rank = np.cumsum(tied, axis=1) - 1
+    out = _vjp_once(z, k, v, iterations, np.argmax(z, axis=1))
+    for r in range(1, int(tied.sum(axis=1).max())):
+        rows = np.flatnonzero(tied.sum(axis=1) > r)
+        top = np.argmax(tied[rows] & (rank[rows] == r), axis=1)
+        other = _vjp_once(z[rows], k, v[rows], iterations, top)
+        out[rows, :, top] = other[np.arange(rows.size), :, top]
+    return out
+
+
+def _vjp_once(z: FloatArray, k: int, v: FloatArray, iterations: int, top: np.ndarray) -> FloatArray:
+    """``V dp/dz`` with the derivative of the centring given to entry ``top`` of each row."""
+    u, pis, pos = _run(z, k, iterations, record=True, top=top)
+    with np.errstate(under="ignore"):
+        p = np.exp(np.minimum(u, 0.0))
+    g_u = v * (p * ~pos[-1])[:, None, :]  # d exp(u - relu(u)) / du
+    g_s = np.zeros(v.shape)
+    for t in range(iterations - 1, -1, -1):
+        g_s += g_u
+        if t == 0:  # the first z + b is 0 whatever z
+            break
+        g_a = g_u.sum(axis=-1, keepdims=True)
+        g_sb = -g_a * pis[t][:, None, :]  # a_t = log k - logsumexp(z + b_{t-1})
+        g_s += g_sb
+        g_u = -g_sb * pos[t - 1][:, None, :]  # b_{t-1} = -relu(u_{t-1})
+    g_s = np.where(np.isfinite(z)[:, None, :], g_s, 0.0)
+    return through_the_shift(z, g_s, top)
+
+
+def through_the_shift(z: FloatArray, g: FloatArray, top: np.ndarray | None = None) -> FloatArray:
+    """``V dp/dz`` of ``p = G(z - max z)`` from ``V dG (B, C, n)``: the map is taken at ``max z = 0``
+    (the API's z), so a shift of every entry changes nothing; the derivative of the max goes to the
+    first largest entry (at a tie of the largest entries no derivative exists)."""
+    top = np.argmax(z, axis=1) if top is None else top
+    rows = np.arange(z.shape[0])
+    out = g.copy()
+    out[rows, :, top] -= g.sum(axis=-1)
+    return out
+
+
+def coordinate_descent_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray, *,
+                           iterations: int = DEFAULT_ITERATIONS) -> FloatArray:
+    """``v^T dp/dz`` by reverse mode through the iterations."""
+    return _vjp_many(z, k, v[:, None, :], iterations)[:, 0]
+
+
+def coordinate_descent_jacobian(fwd: Forward, z: FloatArray, k: int, *,
+                                iterations: int = DEFAULT_ITERATIONS) -> FloatArray:
+    """``dp/dz``, ``(B, n, n)``."""
+    return jacobian_from_vjp(lambda v: _vjp_many(z, k, v, iterations), *z.shape)
+
+
+def coordinate_descent_reference(z: FloatArray, k: int, ctx: ReferenceContext,
+                                 iterations: int = DEFAULT_ITERATIONS) -> tuple[FloatArray, BoolArray]:
+    """The public update run in extended precision (``np.longdouble``), on the masked scores; every
+    row trusted (each step is a log-sum-exp and a clamp, well conditioned)."""
+    fin = np.isfinite(z)
+    s = np.where(fin, z, 0.0).astype(np.longdouble)
+    b = -s
+    a = np.zeros((z.shape[0], 1), dtype=np.longdouble)
+    with np.errstate(under="ignore"):
+        for _ in range(iterations):
+            sb = np.where(fin, s + b, -np.inf)
+            top = sb.max(axis=1, keepdims=True)
+            a = np.log(np.longdouble(k)) - (top + np.log(np.exp(sb - top).sum(axis=1, keepdims=True)))
+            b = -np.maximum(s + a, 0)
+        p = np.where(fin, np.exp(s + a + b), 0)
+    return p.astype(np.float64), np.ones(z.shape[0], dtype=bool)
+
+
+COORDINATE_DESCENT = Implementation(
+    forward=coordinate_descent_forward, jacobian=coordinate_descent_jacobian, vjp=coordinate_descent_vjp,
+    elementwise=True,
+)
