@@ -1,11 +1,14 @@
 """The threshold operators ``p_i = f(z_i - lambda)``, ``sum p = k``, on any array-API namespace.
 
-``z = (x - max x) / tau`` row by row; ``lambda`` is found in two stages, both with iteration counts
-fixed by the shapes (so ``jax.jit`` traces them):
+``z = (x - max x) / tau`` row by row, sorted once; ``lambda`` is found in two stages, both with
+iteration counts fixed by the shapes (so ``jax.jit`` traces them):
 
 1. the interval between consecutive breakpoints of ``f`` (entries ``z_j``, and ``z_j - 1`` for the
-   clipped links) that holds ``lambda``: ``G(lambda) = sum_i f(z_i - lambda)`` decreases, so a binary
-   search over the sorted breakpoints (``ceil(log2(#breakpoints + 1))`` evaluations of ``G``) finds it;
+   clipped links) that holds ``lambda``: ``G(lambda) = sum_i f(z_i - lambda)`` decreases, so it is
+   the number of breakpoints where ``G < k``; for ``exp`` and ``laplace`` (and ``sigmoid``'s start)
+   ``G`` at every entry comes from two cumulative sums (:func:`_branch_count`: one ``exp`` pass),
+   for the clipped links from a binary search over the sorted breakpoints
+   (``ceil(log2(#breakpoints + 1))`` evaluations of ``G``);
 2. ``lambda`` on that interval: closed forms for ``exp`` (the smallest of the branch roots
    ``lambda_m`` of the branches next to the interval: ``lambda = min_m lambda_m`` since
    ``f = min(1, e^t)``) and ``laplace`` (the root of the interval's branch), the
@@ -15,8 +18,9 @@ fixed by the shapes (so ``jax.jit`` traces them):
 
 Every ``t = z - lambda`` is formed relative to an entry near ``lambda`` (``t = (z - z_r) + shift``),
 so it keeps full precision at large ``|z|``. The VJP (implicit function theorem) uses ``d = f'(t)``:
-``g_z = d (g - w . g)``, ``g_k = w . g`` with ``w = dp/dk = d / sum d`` computed as
-``exp(log d - max log d)`` normalised (finite where every ``d`` underflows), ``g_x = g_z / tau`` and
+``g_z = d (g - w . g)``, ``g_k = w . g`` with ``w = dp/dk = d / sum d`` computed as ``d / max d``
+normalised, ``d / max d`` from the same ``exp`` pass as ``p`` and ``d`` (finite where every ``d``
+underflows), ``g_x = g_z / tau`` and
 ``g_tau = -(g_z . z) / tau``. Rows with ``k = #unmasked`` (every weight 1) have ``d = 0`` and the
 one-sided ``dp/dk`` from below of the numpy engine (:func:`topk_cli.operators.threshold.threshold_dk`).
 """
@@ -33,98 +37,24 @@ from topk_cli.xp._common import Array, count, index_dtype, positions, search, ta
 _LN2 = math.log(2.0)
 
 
-@dataclass(frozen=True)
-class Link:
-    """One threshold method: ``f``, ``f'`` and ``log f'`` (up to a constant) of ``t = z - lambda``
-    (``t = -inf`` on masked entries), and the limit of ``dp/dk`` on rows with ``k = #unmasked``
-    (``"lowest"``: uniform over the smallest entries; ``"softmin"``: ``e^{-z}`` normalised)."""
-
-    f: Callable[[Any, Array], Array]
-    d: Callable[[Any, Array], Array]
-    log_d: Callable[[Any, Array], Array]
-    full: str
+#: The limit of ``dp/dk`` on rows with ``k = #unmasked`` (every weight 1), as the numpy engine's
+#: :func:`topk_cli.operators.threshold.threshold_dk`: ``"lowest"`` (uniform over the smallest
+#: entries) or ``"softmin"`` (``e^{-z}`` normalised).
+FULL: dict[str, str] = {
+    "thre-exp": "lowest",
+    "thre-laplace": "softmin",
+    "thre-sigmoid": "softmin",
+    "thre-clip": "lowest",
+    "thre-cube": "lowest",
+}
 
 
 def _neg_inf(xp: Any, t: Array) -> Array:
     return xp.full_like(t, -math.inf)
 
 
-def _exp_f(xp: Any, t: Array) -> Array:
-    return xp.exp(xp.minimum(t, xp.zeros_like(t)))
-
-
-def _exp_d(xp: Any, t: Array) -> Array:
-    return xp.where(t < 0, xp.exp(xp.minimum(t, xp.zeros_like(t))), xp.zeros_like(t))
-
-
-def _exp_log_d(xp: Any, t: Array) -> Array:
-    return xp.where(t < 0, t, _neg_inf(xp, t))  # the kink t = 0 counts as saturated (d = 0)
-
-
-def _laplace_f(xp: Any, t: Array) -> Array:
-    e = xp.exp(-xp.abs(t))
-    return xp.where(t >= 0, 1 - e / 2, e / 2)
-
-
-def _laplace_d(xp: Any, t: Array) -> Array:
-    return xp.exp(-xp.abs(t)) / 2
-
-
-def _laplace_log_d(xp: Any, t: Array) -> Array:
-    return -xp.abs(t)
-
-
-def _sigmoid_f(xp: Any, t: Array) -> Array:
-    e = xp.exp(-xp.abs(t))
-    return xp.where(t >= 0, 1 / (1 + e), e / (1 + e))
-
-
-def _sigmoid_d(xp: Any, t: Array) -> Array:
-    e = xp.exp(-xp.abs(t))
-    return e / ((1 + e) * (1 + e))
-
-
-def _sigmoid_log_d(xp: Any, t: Array) -> Array:
-    return -xp.abs(t) - 2 * xp.log1p(xp.exp(-xp.abs(t)))
-
-
 def _free(t: Array) -> Array:
     return (t > 0) & (t < 1)
-
-
-def _clip_f(xp: Any, t: Array) -> Array:
-    return xp.clip(t, 0.0, 1.0)
-
-
-def _clip_d(xp: Any, t: Array) -> Array:
-    return xp.where(_free(t), xp.ones_like(t), xp.zeros_like(t))
-
-
-def _clip_log_d(xp: Any, t: Array) -> Array:
-    return xp.where(_free(t), xp.zeros_like(t), _neg_inf(xp, t))
-
-
-def _cube_f(xp: Any, t: Array) -> Array:
-    c = xp.clip(t, 0.0, 1.0)
-    return c * c * c
-
-
-def _cube_d(xp: Any, t: Array) -> Array:
-    return xp.where(_free(t), 3 * t * t, xp.zeros_like(t))
-
-
-def _cube_log_d(xp: Any, t: Array) -> Array:
-    free = _free(t)
-    return xp.where(free, 2 * xp.log(xp.where(free, t, xp.ones_like(t))), _neg_inf(xp, t))
-
-
-LINKS: dict[str, Link] = {
-    "thre-exp": Link(_exp_f, _exp_d, _exp_log_d, "lowest"),
-    "thre-laplace": Link(_laplace_f, _laplace_d, _laplace_log_d, "softmin"),
-    "thre-sigmoid": Link(_sigmoid_f, _sigmoid_d, _sigmoid_log_d, "softmin"),
-    "thre-clip": Link(_clip_f, _clip_d, _clip_log_d, "lowest"),
-    "thre-cube": Link(_cube_f, _cube_d, _cube_log_d, "lowest"),
-}
 
 
 @dataclass
@@ -142,7 +72,7 @@ class _Rows:
 
 def _rows(xp: Any, z: Array, fin: Array, k: Array) -> _Rows:
     idx = index_dtype(xp, z)
-    s = xp.sort(z, axis=1, descending=True)
+    s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
     return _Rows(xp, z, fin, s, count(xp, fin, idx), k, positions(xp, z, z.shape[1]))
 
 
@@ -150,17 +80,56 @@ def _as_float(xp: Any, a: Array, like: Array) -> Array:
     return xp.astype(a, like.dtype)
 
 
-def _entry_search(r: _Rows, link: Link) -> Array:
-    """``j* = #{j : G(s_j) < k}`` (``s_j`` the sorted unmasked entries): ``lambda`` lies in
-    ``[s_{j*}, s_{j*-1})``, and ``j*`` entries lie above it."""
+def _exclusive_cumsum(xp: Any, a: Array, reverse: bool) -> Array:
+    """``sum_{i < j} a_i`` (or ``sum_{i > j} a_i`` with ``reverse``) for every position ``j`` of a row."""
+    if reverse:
+        inc = xp.flip(xp.cumulative_sum(xp.flip(a, axis=1), axis=1), axis=1)
+    else:
+        inc = xp.cumulative_sum(a, axis=1)
+    # the inclusive sum less the own term: where that term dominates, the difference keeps its
+    # absolute accuracy (eps times the term), all that G(s_j) = j + ... + (difference) / term needs
+    return inc - a
+
+
+def _branch_count(r: _Rows, laplace: bool) -> Array:
+    """``j* = #{j : G(s_j) < k}`` for ``thre-exp`` (``laplace=False``) or ``thre-laplace``, every ``j``
+    at once from two cumulative sums (no search): with ``X_j = sum_{i<j} e^{s_j - s_i}`` and
+    ``Y_j = sum_{i>j} e^{s_i - s_j}``, ``G(s_j) = j + 1 + Y_j`` (exp) or ``j + 1/2 - X_j/2 + Y_j/2``
+    (laplace).
+
+    The sums are taken relative to the ``ceil(k)``-th largest entry ``r`` (``u = s - r``), their
+    exponents clipped to ``[-2V, 2V]`` with ``n e^{3V}`` below the largest float, so nothing
+    overflows. Entries with ``|u_j| <= V`` get ``G(s_j)`` to rounding (a clipped term is below
+    ``e^-V`` of it); the others are decided by bounds: ``u_j > V`` (``j`` under ``ceil(k) - 1``) gives
+    ``G(s_j) <= ceil(k) - 1/2 + n e^-V < k`` and ``u_j < -V`` gives ``G(s_j) >= ceil(k) + 1/2 > k``.
+    Where ``G(s_j)`` is within rounding of ``k`` (a threshold on an entry, ties) ``j*`` may be off by
+    one or more inside a tie: the callers' branch formulas are exact there (see them).
+    """
     xp = r.xp
-
-    def below(j: Array) -> Array:
-        j = xp.clip(j, 0, xp.maximum(r.nfin - 1, xp.zeros_like(r.nfin)))
-        lam = take(xp, r.s, j)
-        return xp.sum(link.f(xp, r.s - lam[:, None]), axis=1) < r.k
-
-    return search(xp, r.nfin, r.s.shape[1], below, r.nfin)
+    s = r.s
+    n = s.shape[1]
+    idx = r.nfin.dtype
+    zero_i = xp.zeros_like(r.nfin)
+    c = xp.clip(xp.astype(xp.ceil(r.k), idx) - 1, zero_i, xp.maximum(r.nfin - 1, zero_i))
+    ref = take(xp, s, c)
+    big = (math.log(float(xp.finfo(s.dtype).max)) - math.log(max(n, 1)) - 1.0) / 3.0
+    u = s - ref[:, None]  # -inf on masked entries (the last positions)
+    # one exp pass: e^{u} and, where it matters (|u| <= V), e^{-u} = 1 / e^{u}
+    e = xp.exp(xp.minimum(u, 2 * big))  # 0 on masked entries
+    em = xp.clip(e, math.exp(-big), math.exp(big))  # the factor e^{u_j} (clipped: <= n e^{3V} in all)
+    y = _exclusive_cumsum(xp, e, True) / em
+    j = _as_float(xp, r.pos, s)
+    kk = r.k[:, None]
+    if laplace:
+        # 1 / e^{u} clipped; a masked position (u = -inf) follows every unmasked one, so it enters
+        # no prefix sum that is read
+        x = _exclusive_cumsum(xp, 1 / xp.maximum(e, math.exp(-2 * big)), False) * em
+        below = (u > big) | ((u >= -big) & ((j + 0.5) + (y - x) / 2 < kk))
+    else:
+        # u_j < -V: j > ceil(k) - 1 and G(s_j) >= j + 1 > k, as computed (y >= 0); masked
+        # positions j >= #unmasked: j + 1 > k likewise
+        below = (u > big) | ((j + 1) + y < kk)
+    return count(xp, below, idx)
 
 
 def _below_sum(r: _Rows, m: Array, ref: Array) -> Array:
@@ -169,22 +138,6 @@ def _below_sum(r: _Rows, m: Array, ref: Array) -> Array:
     xp = r.xp
     after = r.pos > m[:, None]
     return xp.sum(xp.exp(xp.where(after, r.s - ref[:, None], _neg_inf(xp, r.s))), axis=1)
-
-
-def _above_sum(r: _Rows, m: Array, ref: Array) -> Array:
-    """``sum_{i < m} exp(ref - s_i)`` per row (sorted positions before ``m``)."""
-    xp = r.xp
-    before = r.pos < m[:, None]
-    return xp.sum(xp.exp(xp.where(before, ref[:, None] - r.s, _neg_inf(xp, r.s))), axis=1)
-
-
-def _exp_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
-    """``(ref, delta)``: the root ``lambda_m = ref + delta`` of the branch with the ``m`` largest
-    entries saturated, ``ref = s_m``: ``lambda_m = log sum_{i >= m} e^{s_i} - log(k - m)``."""
-    xp = r.xp
-    ref = take(xp, r.s, m)
-    delta = xp.log1p(_below_sum(r, m, ref)) - xp.log(r.k - _as_float(xp, m, r.k))
-    return ref, delta
 
 
 def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
@@ -202,9 +155,16 @@ def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
     s_hi = take(xp, r.s, xp.clip(m - 1, zero, last))  # s_{m-1}, the smallest entry above
     s_lo = take(xp, r.s, xp.clip(m, zero, last))  # s_m, the largest entry below
     ninf = xp.full_like(s_hi, -math.inf)
-    # log(A e^{s_{m-1}}) and log(C e^{-s_m}), each a log-sum whose first term is exactly 1
-    la = xp.where(has_above, xp.log1p(_above_sum(r, m - 1, s_hi)), ninf)
-    lc = xp.where(has_below, xp.log1p(_below_sum(r, m, s_lo)), ninf)
+    # log(A e^{s_{m-1}}) and log(C e^{-s_m}), each a log-sum whose first term is exactly 1; the
+    # other terms, e^{s_{m-1} - s_i} above and e^{s_i - s_m} below (each <= 1), from one exp pass
+    before = r.pos < (m - 1)[:, None]
+    after = r.pos > m[:, None]
+    v = xp.where(before, s_hi[:, None] - r.s, xp.where(after, r.s - s_lo[:, None], _neg_inf(xp, r.s)))
+    e = xp.exp(v)
+    above = xp.sum(e * xp.astype(before, e.dtype), axis=1)
+    below = xp.sum(e * xp.astype(after, e.dtype), axis=1)
+    la = xp.where(has_above, xp.log1p(above), ninf)
+    lc = xp.where(has_below, xp.log1p(below), ninf)
     both = has_above & has_below
     gap = xp.where(both, s_lo - s_hi, ninf)
     log_ac = xp.where(both, gap + xp.where(both, la + lc, xp.zeros_like(la)), ninf)
@@ -221,48 +181,46 @@ def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
     return ref, delta
 
 
-def _min_branch(r: _Rows, j: Array, low: Array, high: Array,
-                branch: Callable[[_Rows, Array], tuple[Array, Array]]) -> tuple[Array, Array]:
-    """``lambda = min(lambda_{j-1}, lambda_j, lambda_{j+1})`` (branches clipped to ``[low, high]``):
-    exact when the true branch is among them (``lambda_m >= lambda`` for every branch ``m``), which
-    holds when the search's ``j`` is off by one through rounding at a breakpoint."""
-    xp = r.xp
-    best_ref = best_delta = None
-    for step in (0, -1, 1):
-        m = xp.clip(j + step, low, high)
-        ref, delta = branch(r, m)
-        if best_ref is None:
-            best_ref, best_delta = ref, delta
-        else:
-            assert best_delta is not None
-            better = (ref + delta) < (best_ref + best_delta)
-            best_ref = xp.where(better, ref, best_ref)
-            best_delta = xp.where(better, delta, best_delta)
-    assert best_ref is not None and best_delta is not None
-    return best_ref, best_delta
-
-
 def _full_rows(r: _Rows) -> Array:
     return r.k >= _as_float(r.xp, r.nfin, r.k)
 
 
 def solve_exp(r: _Rows) -> tuple[Array, Array]:
-    """``(ref, shift)`` with ``t = (z - ref) + shift`` for ``thre-exp``."""
+    """``(ref, shift)`` with ``t = (z - ref) + shift`` for ``thre-exp``: ``lambda = min_m lambda_m`` over
+    the branches ``m = j* - 1, j*, j* + 1`` next to :func:`_branch_count`'s ``j*`` (exact when the true
+    branch is among them: ``lambda_m >= lambda`` for every ``m < k``), from one pass: with
+    ``R_m = sum_{i>m} e^{s_i - s_m}``, ``R_{m-1} = e^{s_m - s_{m-1}} (1 + R_m)`` (positive terms only)."""
     xp = r.xp
-    j = _entry_search(r, LINKS["thre-exp"])
+    j = _branch_count(r, laplace=False)
+    zero = xp.zeros_like(j)
     kk = xp.astype(xp.ceil(r.k), r.nfin.dtype)
-    high = xp.maximum(xp.minimum(r.nfin, kk) - 1, xp.zeros_like(kk))  # fewer than k saturate
-    ref, delta = _min_branch(r, j, xp.zeros_like(j), high, _exp_branch)
-    return ref, -delta
+    high = xp.maximum(xp.minimum(r.nfin, kk) - 1, zero)  # fewer than k saturate
+    b = xp.clip(j + 1, zero, high)
+    s_b = take(xp, r.s, b)
+    rest = _below_sum(r, b, s_b)
+    best_ref, best_delta = s_b, xp.log1p(rest) - xp.log(r.k - _as_float(xp, b, r.k))
+    m, s_m = b, s_b
+    for _ in range(2):
+        up = m > 0
+        m = xp.where(up, m - 1, m)
+        s_up = take(xp, r.s, m)
+        rest = xp.where(up, xp.exp(s_m - s_up) * (1 + rest), rest)
+        s_m = s_up
+        delta = xp.log1p(rest) - xp.log(r.k - _as_float(xp, m, r.k))
+        better = (s_m + delta) < (best_ref + best_delta)
+        best_ref = xp.where(better, s_m, best_ref)
+        best_delta = xp.where(better, delta, best_delta)
+    return best_ref, -best_delta
 
 
 def solve_laplace(r: _Rows) -> tuple[Array, Array]:
     """``(ref, shift)`` with ``t = (z - ref) + shift`` for ``thre-laplace`` (rows with ``k = #unmasked``
     get a finite placeholder: the caller overwrites them)."""
     xp = r.xp
-    # the branch of the search's interval: the Laplace CDF is C1, so where rounding at a
-    # breakpoint picks the neighbouring branch, the two roots agree to second order
-    j = _entry_search(r, LINKS["thre-laplace"])
+    # the branch of the count's interval: the Laplace CDF is C1, so where rounding at a
+    # breakpoint picks a neighbouring branch (within a tie: any of the tied), the roots agree to
+    # second order
+    j = _branch_count(r, laplace=True)
     ref, delta = _laplace_branch(r, xp.clip(j, xp.zeros_like(j), r.nfin))
     full = _full_rows(r)
     ok = xp.isfinite(ref + delta) & ~full
@@ -271,8 +229,8 @@ def solve_laplace(r: _Rows) -> tuple[Array, Array]:
 
 #: Newton steps of ``thre-sigmoid`` from the ``thre-laplace`` threshold (within ``log 2`` of the
 #: root): quadratic convergence reaches float64's resolution in 5 on the adversarial suite of
-#: tests/test_xp_core.py; 3 more are a margin (a converged step changes nothing).
-SIGMOID_STEPS = 8
+#: tests/test_xp_core.py (4 leave 2e-10); one more is a margin (a converged step changes nothing).
+SIGMOID_STEPS = 6
 #: Newton steps of ``thre-cube`` on its interval, from the left end, on the convex
 #: ``(sum_F (z_i - lambda)^3)^{1/3}``: monotone, exact in one step when the free entries tie.
 CUBE_STEPS = 12
@@ -287,24 +245,34 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     relative to ``sum f'`` where the weights are within an ulp of 0 and 1; a step that is not
     finite (every ``f'`` underflows: then the Laplace root is the sigmoid's to the last digit,
     both balancing ``sum e^{t}`` below against ``sum e^{-t}`` above) keeps the iterate.
+
+    One exp pass for the whole solve (as the numpy engine): with ``x = z - lambda_F`` and
+    ``E = e^{-|x|}``, an entry is ``(A, B) = (1, E)`` where ``x >= 0`` and ``(E, 1)`` below, and at
+    ``lambda = lambda_F + delta`` (``u = e^delta``) ``min(p, q) = min(A, u B) / (A + u B)``, ``p >= 1/2``
+    where ``A >= u B``: every step costs products and divisions of numbers in ``[0, 2]``.
     """
     xp = r.xp
     ref, shift = solve_laplace(r)
-    zr = r.s - ref[:, None]  # the sorted entries relative to ref (order does not matter here)
-    delta = -shift
+    x = (r.s - ref[:, None]) + shift[:, None]  # the sorted entries minus lambda_F (-inf masked)
+    delta0 = -shift
+    delta = delta0
     lo = delta - _LN2
     hi = delta + _LN2
-    fin = xp.isfinite(r.s)
-    zeros = xp.zeros_like(r.s)
+    e = xp.exp(-xp.abs(x))  # 0 on masked entries
+    pos = x >= 0
+    ones = xp.ones_like(x)
+    zeros = xp.zeros_like(x)
+    big_a = xp.where(pos, ones, e)
+    big_b = xp.where(pos, e, ones)
     for _ in range(SIGMOID_STEPS):
-        t = zr - delta[:, None]
-        above = fin & (t > 0)
-        e = xp.exp(-xp.abs(xp.where(fin, t, zeros)))
-        small = e / (1 + e)  # sigmoid(-|t|): p below, 1 - p above
-        res = (xp.sum(xp.where(fin & ~above, small, zeros), axis=1)
-               - xp.sum(xp.where(above, small, zeros), axis=1)
-               - (r.k - xp.sum(xp.astype(above, r.k.dtype), axis=1)))
-        slope = xp.sum(xp.where(fin, e / ((1 + e) * (1 + e)), zeros), axis=1)
+        u = xp.exp(delta - delta0)[:, None]
+        ub = u * big_b
+        above = big_a >= ub  # p >= 1/2 (masked entries: 0 >= u is false)
+        w = xp.minimum(big_a, ub) / (big_a + ub)  # min(p, q); 0 on masked entries
+        total = xp.sum(w, axis=1)
+        w_up = xp.sum(xp.where(above, w, zeros), axis=1)
+        res = (total - w_up) - w_up - (r.k - xp.sum(xp.astype(above, r.k.dtype), axis=1))
+        slope = total - xp.sum(w * w, axis=1)  # sum p q = sum w (1 - w)
         lo = xp.where(res > 0, delta, lo)
         hi = xp.where(res < 0, delta, hi)
         step = delta + res / xp.where(slope > 0, slope, xp.ones_like(slope))
@@ -319,7 +287,7 @@ def _breakpoint_rows(r: _Rows) -> tuple[Array, Array]:
     xp = r.xp
     zz = xp.concat([r.s, r.s], axis=1)
     off = xp.concat([xp.zeros_like(r.s), xp.ones_like(r.s)], axis=1)
-    order = xp.argsort(zz - off, axis=1, descending=True, stable=True)
+    order = xp.argsort(off - zz, axis=1, stable=False)  # descending values; ascending sorts directly
     return xp.take_along_axis(zz, order, axis=1), xp.take_along_axis(off, order, axis=1)
 
 
@@ -398,54 +366,113 @@ SOLVERS: dict[str, Callable[[_Rows], tuple[Array, Array]]] = {
 }
 
 
-def _dk_weights(r: _Rows, link: Link, t: Array, full: Array, method: str) -> Array:
-    """``dp/dk = d / sum d`` per row, computed as ``exp(log d - max log d)`` normalised."""
-    xp = r.xp
-    z, fin = r.z, r.fin
-    zeros = xp.zeros_like(t)
-    log_d = xp.where(fin, link.log_d(xp, t), _neg_inf(xp, t))
-    top = xp.max(log_d, axis=1)
-    ok = xp.isfinite(top)
-    w = xp.exp(log_d - xp.where(ok, top, xp.zeros_like(top))[:, None])
-    if method == "thre-exp":
-        # an integer k whose threshold rounded onto an entry (the mass below the k largest under
-        # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule)
-        sat = fin & (t >= 0)
-        nsat = xp.sum(xp.astype(sat, t.dtype), axis=1)
-        kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
-        low = xp.min(xp.where(sat, z, xp.full_like(z, math.inf)), axis=1)
-        group = sat & (z == low[:, None])
-        wk = xp.where(group, xp.ones_like(t), xp.where(t < 0, xp.exp(xp.minimum(t, zeros)), zeros))
-        w = xp.where(kink[:, None], wk, w)
-    low = xp.min(xp.where(fin, z, xp.full_like(z, math.inf)), axis=1)
-    if link.full == "lowest":
-        wf = xp.where(fin & (z == low[:, None]), xp.ones_like(t), zeros)
-    else:
-        wf = xp.where(fin, xp.exp(xp.where(fin, low[:, None] - z, zeros)), zeros)
-    w = xp.where(full[:, None], wf, w)
-    total = xp.sum(w, axis=1)
-    good = total > 0
-    return xp.where(good[:, None], w / xp.where(good, total, xp.ones_like(total))[:, None], zeros)
+def _row_max(xp: Any, a: Array, mask: Array) -> Array:
+    """The largest ``a`` over ``mask`` per row, 0 where the mask is empty."""
+    top = xp.max(xp.where(mask, a, xp.full_like(a, -math.inf)), axis=1)
+    return xp.where(xp.isfinite(top), top, xp.zeros_like(top))
+
+
+def _weights_exp(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    """``(p, d, w)`` for ``f = min(1, e^t)``: ``w = d / max d`` (finite where every ``d`` underflows),
+    one ``exp`` pass: ``d = w e^{max t}`` (the kink ``t = 0`` counts as saturated, ``d = 0``)."""
+    neg = t < 0  # masked entries (t = -inf) too: d = p = 0 there
+    tn = xp.where(neg, t, xp.full_like(t, -math.inf))
+    top = xp.max(tn, axis=1)
+    top = xp.where(xp.isfinite(top), top, xp.zeros_like(top))
+    w = xp.exp(tn - top[:, None])
+    d = w * xp.exp(top)[:, None]
+    p = xp.where(neg, d, xp.ones_like(t))
+    return p, d, w
+
+
+def _weights_laplace(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    """``(p, d, w)`` for the Laplace CDF from one ``exp`` pass: ``w = e^{-(|t| - min |t|)}``,
+    ``e^{-|t|} = w e^{-min |t|}``."""
+    a = xp.abs(t)  # inf on masked entries: w = e = 0 there
+    low = xp.min(a, axis=1)
+    w = xp.exp(low[:, None] - a)
+    e = w * xp.exp(-low)[:, None]
+    p = xp.where(t >= 0, 1 - e / 2, e / 2)
+    return p, e / 2, w
+
+
+def _weights_sigmoid(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    """``(p, d, w)`` for the sigmoid from one ``exp`` pass, as :func:`_weights_laplace`:
+    ``d = e / (1 + e)^2`` with ``e = e^{-|t|}``, ``w = d e^{min |t|}``."""
+    a = xp.abs(t)  # inf on masked entries: v = e = 0 there
+    low = xp.min(a, axis=1)
+    v = xp.exp(low[:, None] - a)
+    e = v * xp.exp(-low)[:, None]
+    r = 1 / (1 + e)
+    p = xp.where(t >= 0, r, e * r)
+    w = v * r * r
+    return p, e * r * r, w
+
+
+def _weights_clip(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    d = xp.where(_free(t), xp.ones_like(t), xp.zeros_like(t))
+    return xp.clip(t, 0.0, 1.0), d, d
+
+
+def _weights_cube(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+    free = _free(t)
+    c = xp.clip(t, 0.0, 1.0)
+    top = _row_max(xp, t, free)
+    v = xp.where(free, t, xp.zeros_like(t)) / xp.where(top > 0, top, xp.ones_like(top))[:, None]
+    return c * c * c, xp.where(free, 3 * t * t, xp.zeros_like(t)), v * v
+
+
+#: ``(p, d, w)`` of each method from ``t = z - lambda`` (``-inf`` masked): the weights ``f(t)``, their
+#: derivatives ``f'(t)`` and ``w``, ``f'(t)`` up to a positive factor per row, finite and not all 0
+#: where the ``f'`` underflow (``w / sum w = dp/dk``).
+WEIGHTS: dict[str, Callable[[Any, Array, Array], tuple[Array, Array, Array]]] = {
+    "thre-exp": _weights_exp,
+    "thre-laplace": _weights_laplace,
+    "thre-sigmoid": _weights_sigmoid,
+    "thre-clip": _weights_clip,
+    "thre-cube": _weights_cube,
+}
 
 
 def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
                       tau: Array) -> tuple[Array, tuple[Array, ...]]:
     """``p`` and the residuals ``(d, w, t0, tau)`` of a threshold method (see the module doc;
     ``t0 = z - lambda``, 0 on masked entries and on rows with every weight 1)."""
-    link = LINKS[method]
+    full_mode = FULL[method]
     r = _rows(xp, z, fin, k)
     ref, shift = SOLVERS[method](r)
     t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
     full = _full_rows(r)
-    p = link.f(xp, t)
-    d = xp.where(fin, link.d(xp, t), xp.zeros_like(t))
-    fin_f = xp.astype(fin, z.dtype)
-    p = xp.where(full[:, None], fin_f, xp.where(fin, p, xp.zeros_like(p)))
-    d = xp.where(full[:, None], xp.zeros_like(d), d)
-    w = _dk_weights(r, link, t, full, method)
+    full_c = full[:, None]
+    zero_i = xp.zeros_like(r.nfin)
+    low = take(xp, r.s, xp.maximum(r.nfin - 1, zero_i))  # the smallest unmasked entry
+    if full_mode == "softmin":
+        # rows with k = #unmasked: dp/dk is the limit e^{-z} normalised, which the weights' own w
+        # gives at t = (z - low) + S (there |t| - min |t| = z - low, and 1 + e^{-S} = 1 for the sigmoid)
+        big = 2.0 - math.log(float(xp.finfo(z.dtype).eps))
+        t_w = xp.where(full_c, (z - low[:, None]) + big, t)
+    else:
+        t_w = t
+    # p, d and w are 0 on masked entries (t = -inf)
+    p, d, w = WEIGHTS[method](xp, t_w, fin)
+    if method == "thre-exp":
+        # an integer k whose threshold rounded onto an entry (the mass below the k largest under
+        # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule);
+        # the saturated entries are the largest, so the group is the one equal to s_{#sat - 1}
+        nsat = float(z.shape[1]) - xp.sum(xp.astype(t < 0, t.dtype), axis=1)
+        kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
+        least = take(xp, r.s, xp.maximum(xp.astype(nsat, r.nfin.dtype) - 1, zero_i))
+        w = xp.where(kink[:, None], xp.where(z == least[:, None], xp.ones_like(t), d), w)
+    if full_mode == "lowest":
+        w = xp.where(full_c, xp.astype(z == low[:, None], t.dtype), w)
+    total = xp.sum(w, axis=1)
+    w = w / xp.where(total > 0, total, xp.ones_like(total))[:, None]  # w = 0 where total = 0
+    zeros = xp.zeros_like(t)
+    p = xp.where(full_c, xp.astype(fin, z.dtype), p)
+    d = xp.where(full_c, zeros, d)
     # g_tau = -(g_z . z) / tau, and g_z sums to 0: z - lambda = t in place of z keeps the terms
     # near the threshold O(1) (no cancellation between far entries, whose d is tiny)
-    t0 = xp.where(fin & ~full[:, None], t, xp.zeros_like(t))
+    t0 = xp.where(fin & ~full_c, t, zeros)
     return p, (d, w, t0, tau)
 
 
