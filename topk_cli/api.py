@@ -33,7 +33,7 @@ from topk_cli.operators._base import (
     grouped_by_k,
 )
 from topk_cli.operators.grad_recursive import RecursionTrace, grad_recursive_trace
-from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, METHODS, MethodSpec, resolve
+from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, METHODS, MethodSpec, check_alias_k, resolve
 
 #: What ``method=`` takes: a registered name or alias, ``FILE.py:FUNCTION``, ``package.module:FUNCTION``
 #: or a callable ``fn(x, k, tau)`` (a user's operator).
@@ -347,6 +347,7 @@ def _prepare(
     shape = arr.shape
     n = shape[-1]
     k_impl, k_rows, k_out = _k_plan(k, spec, shape[:-1], n)
+    check_alias_k(method, [cast(int, k_impl)] if k_rows is None else np.unique(k_rows))  # "softmax": k = 1 only
     tau_v, tau_out = _tau_plan(tau, shape[:-1])
     k_max = float(np.max(k_rows)) if k_rows is not None and k_rows.size else float(cast(int, k_impl))
     if isinstance(k_impl, np.ndarray) and not impl.row_k:

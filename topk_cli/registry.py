@@ -21,7 +21,7 @@ Adding a method: write its operator module (an :class:`Implementation`), add one
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -530,11 +530,11 @@ _SPECS: tuple[MethodSpec, ...] = (
             softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
         ),
         reference="k times the softmax (Bridle 1990): the scaled gate of mixture-of-experts routers.",
-        notes="Its tau -> 0 limit is k on the largest entry. At k = 1 it is softmax (alias 'softmax': at k >= 2 it gives k * softmax).",
+        notes="Its tau -> 0 limit is k on the largest entry. At k = 1 it is softmax: the alias 'softmax' names it at k = 1 only (refused at any other k).",
         implementation=K_SOFTMAX,
         probe=ProbeReference("k softmax(z) in extended precision", k_softmax_reference),
         aliases=(
-            Alias("softmax", "softmax itself at k = 1 (Bridle 1990); for k >= 2 the same name gives k * softmax"),
+            Alias("softmax", "softmax itself (Bridle 1990): k = 1 only; k * softmax is k-softmax", k_one=True),
         ),
     ),
     MethodSpec(
@@ -693,6 +693,30 @@ def _check_registry() -> None:
 
 
 _check_registry()
+
+
+#: The aliases that name their method at k = 1 only (``softmax``).
+K_ONE_ALIASES: frozenset[str] = frozenset(a.name for spec in _SPECS for a in spec.aliases if a.k_one)
+
+
+def check_alias_k(name: object, ks: Iterable[float] | None) -> None:
+    """Refuse an alias that means its method at k = 1 only (:attr:`Alias.k_one`) unless every k in
+    ``ks`` is 1; ``ks`` None: the caller runs several k (not only 1). Any other name passes.
+
+    Raises:
+        InvalidArgumentError: one line naming the method to use for k != 1.
+    """
+    if not isinstance(name, str) or name not in K_ONE_ALIASES:
+        return
+    values = None if ks is None else [float(v) for v in ks]
+    other = next((v for v in values if v != 1.0), None) if values is not None else None
+    if values is not None and other is None:
+        return
+    method = ALIASES[name]
+    got = "it would run at k other than 1" if other is None else f"got k={int(other) if other.is_integer() else other}"
+    raise InvalidArgumentError(
+        f"method {name!r} is softmax, defined for k = 1 only ({got}); use {method!r} for k * softmax"
+    )
 
 
 def _normalised(name: str) -> str:
