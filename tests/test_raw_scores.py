@@ -128,3 +128,17 @@ def test_stability_probe_judges_them_against_their_reference_on_x_over_tau() -> 
     report = stability_probe(methods=RAW, ns=[8], ks=[1, 3], scales=[0.3, 3.0], trials=4, offset=2.0)
     assert not report.failed
     assert len(report.cells) == 8 and max(c.max_error for c in report.cells) < 1e-12
+
+
+def test_coordinate_descent_kink_columns_in_blocks_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-sided Jacobian of a kinked row is formed a block of columns at a time (bounded
+    memory): the blocks give the bits of one pass, for the Jacobian and the VJP."""
+    from topk_cli.operators import coordinate_descent as cd
+
+    x = np.array([[0.0, 2.0, 0.0, 1.0, 0.0, -1.0], [0.3, -0.2, 1.1, 0.4, 0.7, 0.2], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    v = np.random.default_rng(1).normal(size=x.shape)
+    jac, g = st.jacobian(x, 6, "coordinate-descent"), st.vjp(x, 6, v, "coordinate-descent")
+    assert cd._kink_rows(x, 6, 20).tolist() == [0, 2]
+    monkeypatch.setattr(cd, "_CHUNK", 2 * 6 * 2)  # two columns per block for the two kinked rows
+    np.testing.assert_array_equal(st.jacobian(x, 6, "coordinate-descent"), jac)
+    np.testing.assert_array_equal(st.vjp(x, 6, v, "coordinate-descent"), g)

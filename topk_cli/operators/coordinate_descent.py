@@ -119,7 +119,12 @@ def _vjp_once(z: FloatArray, k: int, v: FloatArray, iterations: int) -> FloatArr
     out = np.where(np.isfinite(z)[:, None, :], g_s, 0.0)
     kinked = _kink_rows(z, k, iterations)
     if kinked.size:
-        out[kinked] = np.einsum("bci,bij->bcj", v[kinked], _one_sided_jacobian(z[kinked], k, iterations))
+        n = z.shape[1]
+        width = max(1, _CHUNK // (kinked.size * n))  # columns per forward pass: bounded memory
+        for start in range(0, n, width):
+            cols = np.arange(start, min(n, start + width))
+            jac = _one_sided_jacobian(z[kinked], k, iterations, cols)
+            out[kinked[:, None], :, cols[None, :]] = np.einsum("bci,bij->bjc", v[kinked], jac)
     return out
 
 
@@ -140,13 +145,14 @@ def _kink_rows(z: FloatArray, k: int, iterations: int) -> np.ndarray:
     return np.flatnonzero(hit)
 
 
-def _one_sided_jacobian(z: FloatArray, k: int, iterations: int) -> FloatArray:
-    """``J[b, i, j]``: the derivative of ``p_i`` along an increase of ``z_j`` (one-sided where a
-    ``relu`` sits at its kink), by forward mode with one tangent per column, ``(B, n, n)``."""
+def _one_sided_jacobian(z: FloatArray, k: int, iterations: int, cols: np.ndarray) -> FloatArray:
+    """``J[b, i, c]``: the derivative of ``p_i`` along an increase of ``z_{cols[c]}`` (one-sided where
+    a ``relu`` sits at its kink), by forward mode with one tangent per column, ``(B, n, len(cols))``."""
     bsz, n = z.shape
     fin = np.isfinite(z)
     s = np.where(fin, z, 0.0)
-    ds = np.broadcast_to(np.eye(n) * fin[:, None, :], (bsz, n, n))  # [b, j, i]: tangent of s_i along e_j
+    ds = np.zeros((bsz, cols.size, n))  # [b, c, i]: tangent of s_i along e_{cols[c]}
+    ds[:, np.arange(cols.size), cols] = fin[:, cols]
     b, db = -s, -ds
     u, du = s, ds
     logk = math.log(k)
@@ -167,7 +173,7 @@ def _one_sided_jacobian(z: FloatArray, k: int, iterations: int) -> FloatArray:
         p = np.exp(np.minimum(u, 0.0))
     neg, at = (u < 0.0)[:, None, :], (u == 0.0)[:, None, :]
     dp = p[:, None, :] * np.where(neg, du, np.where(at, np.minimum(du, 0.0), 0.0))
-    dp = np.where(fin[:, None, :] & fin[:, :, None], dp, 0.0)
+    dp = np.where(fin[:, None, :] & fin[:, cols][:, :, None], dp, 0.0)
     return np.swapaxes(dp, 1, 2)
 
 
