@@ -142,3 +142,11 @@ def test_coordinate_descent_kink_columns_in_blocks_equal_one_pass(monkeypatch: p
     monkeypatch.setattr(cd, "_CHUNK", 2 * 6 * 2)  # two columns per block for the two kinked rows
     np.testing.assert_array_equal(st.jacobian(x, 6, "coordinate-descent"), jac)
     np.testing.assert_array_equal(st.vjp(x, 6, v, "coordinate-descent"), g)
+
+
+def test_coordinate_descent_keeps_a_against_a_huge_score() -> None:
+    """Regression: z + b = z - relu(z + a) by subtraction lost a where |z| >> |a| (x = 0,0,1, k = 1,
+    tau = 1e-20: 1/3, 1/3, 1 instead of 1/41, 1/41, 1, the 50-digit reference); min(z, -a) is exact."""
+    for tau in (1e-20, 1e-300):
+        np.testing.assert_allclose(st.soft_topk(np.array([0.0, 0.0, 1.0]), 1, "coordinate-descent", tau=tau),
+                                   [1 / 41, 1 / 41, 1.0], rtol=1e-14)
