@@ -372,7 +372,9 @@ def test_reference_known_values() -> None:
         assert ref.max_abs_diff(_reference(method, x, 1), soft.tolist()) < 1e-15, method
     for method in REFERENCES:
         p = _reference(method, [*x, -math.inf], 2, 0.3)
-        assert p[-1] == 0 and abs(float(sum(p)) - 2) < 1e-40, method
+        assert p[-1] == 0, method
+        if st.METHODS[method].guarantees.sum:  # coordinate-descent's 20 iterations stop short of sum p = k
+            assert abs(float(sum(p)) - 2) < 1e-40, method
         assert ref.max_abs_diff(p[:-1], _reference(method, x, 2, 0.3)) == 0, method
     assert ref.to_floats(ref.hard([1.0, 3.0, 3.0, 2.0], 1)) == [0.0, 0.5, 0.5, 0.0]
     assert ref.to_floats(ref.weighted_softmax([0.0, 5.0, 10.0], 2, 1e-3)) == [0.0, 0.5, 1.5]
