@@ -3,7 +3,8 @@ k-softmax and straight-through, written from the definitions (README method tabl
 
 Same conventions as ``reference.py``: floats ``x`` converted exactly, ``-inf`` masks an entry
 (dropped, then re-inserted as an exact 0), ``z = (x - max x) / tau`` in mpmath, the working
-precision raised by the magnitude of ``z``. Deliberately plain: every weight is the formula of its
+precision raised by the magnitude of ``z``; the two methods defined on raw scores (coordinate-descent,
+scaled-sigmoid: not shift-invariant) take ``z = x / tau``, not shifted, as their sources do. Deliberately plain: every weight is the formula of its
 definition, with the complements taken as sums of positive terms where a subtraction would cancel
 (``1 - a = sum_{j != i} e_j / S``), never the library's algorithms.
 """
@@ -16,6 +17,16 @@ from typing import Any
 import mpmath
 from mpmath import mp, mpf
 from reference import DPS, _check_k, _dps, _scatter, _split, hard
+
+
+def _split_raw(x: Sequence[Any], tau: Any) -> tuple[list[Any], list[int], int]:
+    """Unmasked ``z = x / tau`` (not shifted) in mpmath, their indices, and ``n``."""
+    vals = [mpf(v) for v in x]
+    if any(mpmath.isnan(v) or v == mpmath.inf for v in vals):
+        raise ValueError("reference: NaN or +inf in x")
+    idx = [i for i, v in enumerate(vals) if v != mpmath.ninf]
+    t = mpf(tau)
+    return [vals[i] / t for i in idx], idx, len(vals)
 
 
 def _softmax_and_complement(w: Sequence[Any]) -> tuple[list[Any], list[Any]]:
@@ -40,10 +51,10 @@ def gumbel_topk(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> 
 
 
 def coordinate_descent(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS, iterations: int = 20) -> list[Any]:
-    """``coor_descent`` of CoLT5-attention on ``z`` with eps = 1: ``a = log k - logsumexp(z + b)``,
+    """``coor_descent`` of CoLT5-attention on ``z = x / tau`` with eps = 1: ``a = log k - logsumexp(z + b)``,
     ``b = -relu(z + a)``, ``p = exp(z + a + b)``, from ``b = -z``."""
     with mp.workdps(_dps(x, tau, dps) + 10):
-        z, idx, n = _split(x, tau)
+        z, idx, n = _split_raw(x, tau)
         _check_k(k, len(z))
         b = [-v for v in z]
         a = mpf(0)
@@ -66,9 +77,9 @@ def dftopk(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> list[
 
 
 def scaled_sigmoid(x: Sequence[Any], k: int, tau: Any = 1.0, *, dps: int = DPS) -> list[Any]:
-    """``k s / S`` when ``k <= S``, else ``1 - (n - k)(1 - s) / (n - S)``, ``s = sigmoid(z)``."""
+    """``k s / S`` when ``k <= S``, else ``1 - (n - k)(1 - s) / (n - S)``, ``s = sigmoid(z)``, ``z = x / tau``."""
     with mp.workdps(_dps(x, tau, dps) + 20):
-        z, idx, n = _split(x, tau)
+        z, idx, n = _split_raw(x, tau)
         _check_k(k, len(z))
         s = [1 / (1 + mpmath.exp(-v)) for v in z]
         t = [1 / (1 + mpmath.exp(v)) for v in z]

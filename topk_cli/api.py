@@ -33,7 +33,7 @@ from topk_cli.operators._base import (
     grouped_by_k,
 )
 from topk_cli.operators.grad_recursive import RecursionTrace, grad_recursive_trace
-from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, METHODS, MethodSpec, resolve
+from topk_cli.registry import BASELINE_METHOD, DEFAULT_METHOD, METHODS, MethodSpec, check_alias_k, resolve
 
 #: What ``method=`` takes: a registered name or alias, ``FILE.py:FUNCTION``, ``package.module:FUNCTION``
 #: or a callable ``fn(x, k, tau)`` (a user's operator).
@@ -347,6 +347,7 @@ def _prepare(
     shape = arr.shape
     n = shape[-1]
     k_impl, k_rows, k_out = _k_plan(k, spec, shape[:-1], n)
+    check_alias_k(method, [cast(int, k_impl)] if k_rows is None else np.unique(k_rows))  # "softmax": k = 1 only
     tau_v, tau_out = _tau_plan(tau, shape[:-1])
     k_max = float(np.max(k_rows)) if k_rows is not None and k_rows.size else float(cast(int, k_impl))
     if isinstance(k_impl, np.ndarray) and not impl.row_k:
@@ -398,12 +399,16 @@ def _prepare(
             spec=spec, impl=impl, params=bound, z=x2, k=k_impl, tau=1.0, shape=shape, out_dtype=out_dtype, x2=x2,
             top=top, k_rows=k_rows, k_out=k_out, tau_out=tau_out, axis=moved,
         )
+    if not impl.centred:  # z = x / tau, not shifted (a method of the raw scores): the shift is 0
+        top = np.zeros_like(top)
     # every non-finite entry left is -inf (masked) and each row has k > 0 finite ones: the row
     # maximum is finite, and z is -inf exactly on the masked entries
     with np.errstate(over="ignore"):  # an overflow to -inf is caught just below
         z = np.subtract(x2, top)
         if not isinstance(tau_v, float) or tau_v != 1.0:  # z / 1 = z exactly
             np.divide(z, tau_v, out=z)
+    if not impl.centred:
+        _refuse_overflow(x2, z, tau_v, spec.name)
     if all_finite:
         too_low = bool(z.size) and bool(np.min(z) < floor)
     else:  # masked entries (-inf) are below any floor by design
@@ -417,6 +422,24 @@ def _prepare(
     return _Prepared(
         spec=spec, impl=impl, params=bound, z=z, k=k_impl, tau=tau_v, shape=shape, out_dtype=out_dtype, x2=x2,
         top=top, k_rows=k_rows, k_out=k_out, tau_out=tau_out, axis=moved,
+    )
+
+
+def _refuse_overflow(x2: FloatArray, z: FloatArray, tau_v: float | FloatArray, name: str) -> None:
+    """Refuse an uncentred ``z = x / tau`` (``Implementation.centred`` False) that overflows float64."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.sum(np.abs(z))):  # no overflow (a finite sum proves it)
+            return
+    over = np.isfinite(x2) & ~np.isfinite(z)
+    if not over.any():
+        return
+    b = int(np.argmax(over.any(axis=-1)))
+    tau_b = tau_v if isinstance(tau_v, float) else float(tau_v[b, 0])
+    big = float(np.max(np.abs(np.where(np.isfinite(x2[b]), x2[b], 0.0))))
+    raise InvalidArgumentError(
+        f"tau={tau_b:g} is too small for the magnitude of x ({big:g}): method {name!r} computes on x / tau "
+        f"(not shifted: it is not shift-invariant), which overflows float64; use tau >= "
+        f"{_round_up(big / float(np.finfo(np.float64).max))}"
     )
 
 
@@ -449,7 +472,8 @@ def _z_residual(prep: _Prepared, rows: NDArray[np.intp]) -> FloatArray:
 
 
 def scaled_scores(x: ArrayLike, k: object, *, tau: object = 1.0, axis: int = -1) -> FloatArray:
-    """The scores every operator sees: ``z = (x - max x) / tau`` row by row, as a ``(B, n)`` batch.
+    """The scores every centred operator sees: ``z = (x - max x) / tau`` row by row, as a ``(B, n)``
+    batch (the methods defined on raw scores, ``Implementation.centred`` False, see ``x / tau``).
 
     Validates ``x``, ``k`` and ``tau`` exactly as :func:`soft_topk` does (``tau`` may differ per row);
     masked entries stay ``-inf``; rows are flattened row-major (after moving ``axis`` last). For

@@ -38,7 +38,7 @@ _HANDLER_BEFORE_LOADING = _catch_interrupts_while_loading()
 
 import functools  # noqa: E402 (after the interrupt handler: the imports take most of the start-up)
 import signal  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
+from collections.abc import Callable, Iterable, Sequence  # noqa: E402
 from enum import Enum  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar, cast  # noqa: E402
@@ -517,6 +517,32 @@ def resolve_methods(names: list[str] | None, *, default: list[str]) -> list[str]
     return out
 
 
+def check_k_one_aliases(names: list[str] | None, ks: Iterable[float] | None) -> None:
+    """Refuse a name of ``-m`` that means its method at k = 1 only (``softmax``) unless every k the
+    command runs (``ks``; None: several, or not known to be 1) is 1 (:func:`topk_cli.registry.check_alias_k`)."""
+    from topk_cli.registry import check_alias_k
+
+    for name in names or []:
+        for part in _split_methods(name):
+            check_alias_k(part.strip(), ks)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _ks_of(k_given: int | float | None, loaded: Sequence[LoadedInput]) -> list[float] | None:
+    """The k a command runs: ``-k``, else every k of the ``--k-column`` of ``loaded`` (None: neither)."""
+    if k_given is not None:
+        return [float(k_given)]
+    columns = [d.row_k.tolist() for d in loaded if d.row_k is not None]
+    return [float(v) for ks in columns for v in ks] if columns else None
+
+
 def _split_methods(value: str) -> list[str]:
     """``-m a,b`` as its parts; a user's operator keeps its commas when the whole value is one
     (``-m 'dir,1/ops.py:f'`` names a file)."""
@@ -763,6 +789,7 @@ def compute(
     names = methods_for_k(resolve_methods(method, default=[DEFAULT_METHOD]), non_integer_k(k_given), asked_all=asked_all)
     loaded = read_vectors(input, values, column, input_format, index_col, sep, decimal, orient, header,
                           k_column=k_column, axis=axis)
+    check_k_one_aliases(method, _ks_of(k_given, loaded))
     if k_given is None:  # --k-column: its values decide which methods can run
         names = methods_for_k(names, non_integer_k(None, loaded), asked_all=asked_all)
     from topk_cli.registry import check_method_params
@@ -888,6 +915,7 @@ def verify_properties_command(
                               asked_all=all_requested(method, default=["all"]))
     finally:
         USER_OPTIONS.reset(token)
+    check_k_one_aliases(method, None if k_given is None else [k_given])  # no -k: the suite runs every k
     if k_given is not None:
         if isinstance(k_given, float):
             check_real_k(k_given, name="-k")
@@ -974,6 +1002,8 @@ def temperature_sweep_command(
     k_given = one_k(k, k_column)
     asked_all = all_requested(method, default=["all"])
     names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given), asked_all=asked_all)
+    if k_given is not None:
+        check_k_one_aliases(method, [k_given])
     sweep_k: Any = k_given
     grid = parse_taus(taus)
     if input is None and values is None:
@@ -988,6 +1018,7 @@ def temperature_sweep_command(
         data = one_input(loaded, "temperature-sweep")
         if data.row_k is not None:  # --k-column: each row's own k (one row's under --row)
             ks = data.row_k if row is None or not 0 <= row < data.row_k.size else data.row_k[row : row + 1]
+            check_k_one_aliases(method, ks.tolist())
             names = methods_for_k(names, non_integer_k(None, [dataclasses.replace(data, row_k=ks)]), asked_all=asked_all)
             sweep_k = ks if row is None else float(ks[0])
         rows = data.values.shape[0]
@@ -1065,6 +1096,7 @@ def stability_probe_command(
         raise InvalidArgumentError(f"-n must be positive integers separated by commas, got {n!r}") from None
     ks = [part.strip() for part in k.split(",") if part.strip()]
     names = resolve_methods(method, default=list(DEFAULT_METHODS))
+    check_k_one_aliases(method, [float(part) for part in ks] if all(_is_number(part) for part in ks) else None)
     real = next((part for part in ks if not part.lower().endswith("n") and _non_integer_number(part)), None)
     names = methods_for_k(names, None if real is None else f"-k {real}", asked_all=all_requested(method, default=["all"]))
     with ProgressReporter("stability-probe", enabled=stderr_is_terminal()) as progress:
@@ -1150,6 +1182,7 @@ def train_probe_command(
     from topk_cli.render.train_probe import render_train_probe, render_train_probe_png
 
     names = resolve_methods(method, default=["all"])
+    check_k_one_aliases(method, None if k is None else [k])  # no -k: the tasks' own k
     params = check_method_params(names, method_params or {})
     config = probe_config(
         tasks=task, methods=names, hardness=hardness,
@@ -1225,6 +1258,8 @@ def bench_command(
     k_given = one_k(k, k_column)
     asked_all = all_requested(method, default=["all"])
     names = methods_for_k(resolve_methods(method, default=["all"]), non_integer_k(k_given), asked_all=asked_all)
+    if k_given is not None:
+        check_k_one_aliases(method, [k_given])
     bench_k: Any = k_given
     if input is None and values is None:
         if k_column is not None:
@@ -1241,6 +1276,7 @@ def bench_command(
             from topk_cli.comparison import uniform_k
 
             names = methods_for_k(names, non_integer_k(None, loaded), asked_all=asked_all)
+            check_k_one_aliases(method, _ks_of(None, loaded))
             bench_k = uniform_k(data.row_k) if data.row_k is not None else None
         x = data.values.astype(check_dtype(dtype))
         source = data.source

@@ -95,10 +95,15 @@ COMMON_FAILURES = (FailureCode("nan", "the method returned a non-finite weight o
 
 @dataclass(frozen=True)
 class Alias:
-    """Another name of a method, and where that name comes from."""
+    """Another name of a method, and where that name comes from.
+
+    ``k_one``: the name means the method at k = 1 only (``softmax`` is ``k-softmax`` at k = 1); the
+    API and the CLI refuse it at any other k (:func:`topk_cli.registry.check_alias_k`).
+    """
 
     name: str
     reference: str
+    k_one: bool = False
 
 
 @dataclass(frozen=True)

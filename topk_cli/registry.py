@@ -21,7 +21,7 @@ Adding a method: write its operator module (an :class:`Implementation`), add one
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -451,17 +451,20 @@ _SPECS: tuple[MethodSpec, ...] = (
         family="threshold",
         guarantees=Guarantees(
             range=True, sum=False, monotone_weak=True, monotone_strict=False,
-            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
-            softmax_at_k1=True, jacobian=True, finite=True, smoothness="C0",
+            shift_invariant=False, permutation_equivariant=True, hard_limit=False,
+            softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
         ),
         reference=(
             "Ainslie et al. 2023, 'CoLT5: faster long-range transformers with conditional computation'; "
             "coor_descent of lucidrains/CoLT5-attention (eps = tau, n_iters = iterations, no eps-scaling)."
         ),
         notes=(
-            "= coor_descent(x - max x, eps = tau): the public code on raw scores also depends on their offset. "
-            "Tends to thre-exp as iterations grow, slowly at small tau: at the default 20 the sum misses k and "
-            "the tau -> 0 limit is not hard top-k (x = 1,2,0, k = 2, tau = 1e-3: 0, 1, 0; README: measured table)."
+            "= coor_descent(x, eps = tau), on the raw scores as the public code: not shift-invariant (its first "
+            "step, a = tau log(k / n), does not follow an offset of x; x = 1,0 and x = 1e6+1,1e6 differ, k = 1). "
+            "Tends to thre-exp as iterations grow, slowly at small tau or far from 0: at the default 20 the sum "
+            "misses k (x = 1e6,1e6, k = 1: 1, 1), so k = 1 is not softmax, and the tau -> 0 limit is not hard "
+            "top-k (x = 1,2,0, k = 2, tau = 1e-3: 1, 1, 0.091; README: measured table). Where some x / tau + a is "
+            "exactly 0 (x = 0 at k = n) the Jacobian is one-sided, along an increase of each entry."
         ),
         implementation=COORDINATE_DESCENT,
         parameters=(
@@ -501,7 +504,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         family="sigmoid",
         guarantees=Guarantees(
             range=True, sum=True, monotone_weak=True, monotone_strict=False,
-            shift_invariant=True, permutation_equivariant=True, hard_limit=False,
+            shift_invariant=False, permutation_equivariant=True, hard_limit=False,
             softmax_at_k1=False, jacobian=True, finite=True, smoothness="C0",
         ),
         reference=(
@@ -509,8 +512,10 @@ _SPECS: tuple[MethodSpec, ...] = (
             "k s / S when k <= S, else 1 - (n - k)(1 - s) / (n - S)."
         ),
         notes=(
-            "Computed on z = (x - max x) / tau: shift-invariant through that centring (the public code, on raw "
-            "logits, is not). The derivative jumps where sum sigmoid(z) crosses k."
+            "Computed on the raw logits theta = x / tau, as the public code: not shift-invariant (x = 1,0 and "
+            "x = 1e6+1,1e6 differ, k = 1). Its tau -> 0 limit is not hard top-k: every positive x tends to "
+            "sigmoid 1, every negative one to 0 (x = 1,0, k = 1, tau = 1e-3: 2/3, 1/3; x = 2,1, k = 1: 1/2, 1/2). "
+            "The derivative jumps where sum sigmoid(x / tau) crosses k. x / tau beyond float64 is refused."
         ),
         implementation=SCALED_SIGMOID,
         probe=ProbeReference("the public formula in extended precision, rows with |S - k| > 1e-9", scaled_sigmoid_reference),
@@ -525,11 +530,11 @@ _SPECS: tuple[MethodSpec, ...] = (
             softmax_at_k1=True, jacobian=True, finite=True, smoothness="C-infinity",
         ),
         reference="k times the softmax (Bridle 1990): the scaled gate of mixture-of-experts routers.",
-        notes="Its tau -> 0 limit is k on the largest entry. At k = 1 it is softmax (alias 'softmax': at k >= 2 it gives k * softmax).",
+        notes="Its tau -> 0 limit is k on the largest entry. At k = 1 it is softmax: the alias 'softmax' names it at k = 1 only (refused at any other k).",
         implementation=K_SOFTMAX,
         probe=ProbeReference("k softmax(z) in extended precision", k_softmax_reference),
         aliases=(
-            Alias("softmax", "softmax itself at k = 1 (Bridle 1990); for k >= 2 the same name gives k * softmax"),
+            Alias("softmax", "softmax itself (Bridle 1990): k = 1 only; k * softmax is k-softmax", k_one=True),
         ),
     ),
     MethodSpec(
@@ -688,6 +693,30 @@ def _check_registry() -> None:
 
 
 _check_registry()
+
+
+#: The aliases that name their method at k = 1 only (``softmax``).
+K_ONE_ALIASES: frozenset[str] = frozenset(a.name for spec in _SPECS for a in spec.aliases if a.k_one)
+
+
+def check_alias_k(name: object, ks: Iterable[float] | None) -> None:
+    """Refuse an alias that means its method at k = 1 only (:attr:`Alias.k_one`) unless every k in
+    ``ks`` is 1; ``ks`` None: the caller runs several k (not only 1). Any other name passes.
+
+    Raises:
+        InvalidArgumentError: one line naming the method to use for k != 1.
+    """
+    if not isinstance(name, str) or name not in K_ONE_ALIASES:
+        return
+    values = None if ks is None else [float(v) for v in ks]
+    other = next((v for v in values if v != 1.0), None) if values is not None else None
+    if values is not None and other is None:
+        return
+    method = ALIASES[name]
+    got = "it would run at k other than 1" if other is None else f"got k={int(other) if other.is_integer() else other}"
+    raise InvalidArgumentError(
+        f"method {name!r} is softmax, defined for k = 1 only ({got}); use {method!r} for k * softmax"
+    )
 
 
 def _normalised(name: str) -> str:

@@ -281,7 +281,11 @@ def _classify(spec: MethodSpec, x: FloatArray, z: FloatArray, k: float, tau: flo
         # a real k reaches only the methods that take one; the threshold references (a bisection on
         # sum f(z - lambda) = k) hold for any k > 0, the others are typed for an integer k
         k_ref = cast(int, k)
-        ref, trusted = ctx.reference(spec.probe.compute, k_ref) if ctx.z is z else spec.probe.compute(z, k_ref, ctx)
+        if not spec.implementation.centred:  # a method of the raw scores: its reference takes x / tau too
+            raw = np.asarray(x, dtype=np.float64) / tau
+            ref, trusted = spec.probe.compute(raw, k_ref, ReferenceContext(raw, k_ref))
+        else:
+            ref, trusted = ctx.reference(spec.probe.compute, k_ref) if ctx.z is z else spec.probe.compute(z, k_ref, ctx)
         with np.errstate(invalid="ignore"):
             err = np.max(np.abs(p - ref), axis=-1)
             beyond = np.any(np.abs(p - ref) > tol + slack, axis=-1)

@@ -4,7 +4,8 @@ Every family module exposes, per method, an :class:`Implementation`: three pure 
 a 2-D float64 batch ``z`` of shape ``(B, n)`` that the public API has already validated,
 shifted and scaled:
 
-* ``z = (x - max_finite(x)) / tau`` row by row, so the largest finite entry of every row is 0;
+* ``z = (x - max_finite(x)) / tau`` row by row, so the largest finite entry of every row is 0
+  (``z = x / tau``, not shifted, for an implementation declared ``centred=False``);
 * masked entries (``x = -inf``) are ``-inf``; every other entry is finite and
   ``>= implementation.z_floor``; every row has at least ``k`` finite entries;
 * ``k`` is what the implementation declared it takes (:attr:`Implementation.row_k`): a Python
@@ -115,6 +116,11 @@ class Implementation:
     ``refine(fwd, z, k, residual)``, when given, returns ``fwd`` recomputed on the rows where the
     rounding of ``z = (x - max x) / tau`` itself matters (scores far below the row maximum, where
     ``ulp(z)`` exceeds what ``x`` determines), using ``residual(rows)``, the rounding error of ``z``.
+    ``centred``: True (the default) when the implementation receives ``z = (x - max x) / tau`` (largest
+    finite entry 0), which makes every such method shift-invariant; False when it receives ``z = x / tau``
+    uncentred (a method defined on raw scores that a shift changes, e.g. ``scaled-sigmoid``): every
+    other rule above holds (``z_floor`` bounds that ``z``, derivatives are with respect to it, the API
+    divides them by ``tau``, and ``dz/dtau = -z / tau`` still gives the derivative with respect to tau).
     """
 
     forward: ForwardFn
@@ -130,6 +136,7 @@ class Implementation:
     vjp_k: VjpKFn | None = None
     log_weights: LogWeightsFn | None = None
     takes_x: bool = False
+    centred: bool = True
 
 
 def _combine_rows(bsz: int, parts: list[tuple[NDArray[np.int64], Forward]]) -> Forward:
@@ -319,5 +326,5 @@ def grouped_by_k(impl: Implementation) -> Implementation:
         forward_vjp = forward_vjp_fn
     return Implementation(
         forward=forward, jacobian=jacobian, vjp=vjp, elementwise=impl.elementwise, z_floor=impl.z_floor,
-        forward_vjp=forward_vjp, max_row_work=impl.max_row_work, row_k=True,
+        forward_vjp=forward_vjp, max_row_work=impl.max_row_work, row_k=True, centred=impl.centred,
     )

@@ -5,10 +5,10 @@ From public code citing Pervez et al. (2023), "Neural conditional Poisson sampli
 ``k <= S``, else ``1 - p = (n - k)(1 - s) / (n - S)``. Both forms sum to k; the first stays below
 ``s <= 1`` because ``k / S <= 1``, the second's complement below ``1 - s`` because ``(n - k) / (n - S)
 < 1``: ``p`` lies in ``[0, 1]`` without a threshold to solve. The two agree at ``S = k`` (both give
-``s``), so the map is continuous; its derivative jumps there. Here ``z = (x - max x) / tau``, so the
-map is shift-invariant through the API's centring, whereas the public code takes raw logits (a
-shift of them changes its result). Its limit as ``tau -> 0`` is not hard top-k in general (at most
-one sigmoid is 1/2 and the others tend to 0 ... the scaling spreads k over them).
+``s``), so the map is continuous; its derivative jumps there. The public code takes raw logits
+``theta`` and is not shift-invariant (a shift changes every sigmoid), so here ``theta = z = x / tau``,
+uncentred (``Implementation.centred`` False): centring would change the map (the largest sigmoid
+would always be 1/2, so it could never become hard).
 
 Accuracy: ``1 - s = sigmoid(-z)`` exactly; ``n - S`` is the sum of those; ``S - k`` is computed as
 ``sum_{j not in top k} s_j - sum_{j in top k} (1 - s_j)`` (small terms, no cancellation of k), and
@@ -17,7 +17,7 @@ second: sums of non-negative terms. Masked entries have ``s = 0``, are left out 
 
 Jacobian: ``diag(alpha) - beta gamma^T`` with ``gamma = s (1 - s)`` and, in the first form,
 ``alpha = p (1 - s)``, ``beta = p / S``; in the second, ``alpha = (1 - p) s``, ``beta = (1 - p) / (n - S)``;
-then taken through the centring ``z - max z`` (the map of ``z`` is not shift-invariant).
+no centring to go through (the implementation receives ``x / tau`` itself).
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ from __future__ import annotations
 import numpy as np
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation
-from topk_cli.operators.coordinate_descent import through_the_shift
 from topk_cli.references import BoolArray, ReferenceContext
 
 
 def _sigmoids(z: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(sigmoid(z), 1 - sigmoid(z))`` from one ``exp(z)`` (``z <= 0``: no overflow), 0 and 0 on
-    masked entries (``z = -inf``: ``e = 0``, and 1 - s is set to 0 there, left out of ``n - S``)."""
-    with np.errstate(under="ignore"):
-        e = np.exp(z)
-    s = e / (1.0 + e)
-    t = np.where(np.isfinite(z), 1.0 / (1.0 + e), 0.0)
+    """``(sigmoid(z), 1 - sigmoid(z))`` from one ``exp(-|z|)`` (no overflow, no subtraction), 0 and 0
+    on masked entries (``z = -inf``: 1 - s is set to 0 there, left out of ``n - S``)."""
+    with np.errstate(under="ignore", invalid="ignore"):
+        e = np.exp(-np.abs(z))
+    r = 1.0 / (1.0 + e)
+    fin = np.isfinite(z)
+    s = np.where(z >= 0.0, r, np.where(fin, e * r, 0.0))
+    t = np.where(z >= 0.0, e * r, np.where(fin, r, 0.0))
     return s, t
 
 
@@ -80,20 +81,19 @@ def _factors(fwd: Forward, z: FloatArray, k: int) -> tuple[FloatArray, FloatArra
 
 
 def scaled_sigmoid_jacobian(fwd: Forward, z: FloatArray, k: int) -> FloatArray:
-    """``dp/dz`` of ``p(z - max z)``, ``(B, n, n)``."""
+    """``dp/dz``, ``(B, n, n)``."""
     alpha, beta, gamma = _factors(fwd, z, k)
     n = z.shape[1]
     jac = -beta[:, :, None] * gamma[:, None, :]
     idx = np.arange(n)
     jac[:, idx, idx] += alpha
-    return through_the_shift(z, jac)
+    return jac
 
 
 def scaled_sigmoid_vjp(fwd: Forward, z: FloatArray, k: int, v: FloatArray) -> FloatArray:
-    """``v^T dp/dz = alpha v - gamma (beta . v)``, through the centring; ``O(n)`` per row."""
+    """``v^T dp/dz = alpha v - gamma (beta . v)``, ``O(n)`` per row."""
     alpha, beta, gamma = _factors(fwd, z, k)
-    g = alpha * v - gamma * (beta * v).sum(axis=1, keepdims=True)
-    return through_the_shift(z, g[:, None, :])[:, 0]
+    return alpha * v - gamma * (beta * v).sum(axis=1, keepdims=True)
 
 
 def scaled_sigmoid_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tuple[FloatArray, BoolArray]:
@@ -113,4 +113,5 @@ def scaled_sigmoid_reference(z: FloatArray, k: int, ctx: ReferenceContext) -> tu
 
 SCALED_SIGMOID = Implementation(
     forward=scaled_sigmoid_forward, jacobian=scaled_sigmoid_jacobian, vjp=scaled_sigmoid_vjp, elementwise=True,
+    centred=False,
 )

@@ -366,6 +366,31 @@ def _ray_candidates(method: str, x: FloatArray, k: int | float, tau: float) -> l
     return out
 
 
+def _shift_candidates(method: str, x: FloatArray, k: int | float, tau: float) -> list[tuple[FloatArray, str]]:
+    """For a method of the raw scores (``Implementation.centred`` False, so not shift-invariant): the
+    point of sharpest bend on the shift line ``x + c tau`` (``c`` such that ``z = x / tau + c`` spans
+    ``[-max z - 40, -min z + 40]``), located by zooming in on the largest second difference. A kink
+    that a shift moves the row across (``scaled-sigmoid``: where ``sum sigmoid(z)`` crosses k) sits
+    on a hypersurface that the other candidates do not meet; lines through this point cross it.
+    """
+    z = x / tau
+    lo, hi = float(-np.max(z) - 40.0), float(-np.min(z) + 40.0)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return []
+    points = 257
+    for _ in range(10):
+        cs = np.linspace(lo, hi, points)
+        r = evaluate(x[None, :] + (cs * tau)[:, None], k, method, tau=tau)
+        if r.failures:
+            return []
+        bend = np.max(np.abs(np.diff(r.weights.astype(np.float64), n=2, axis=0)), axis=1)
+        j = int(np.argmax(bend))
+        lo, hi = float(cs[j]), float(cs[j + 2])
+        points = 33
+    c = (lo + hi) / 2
+    return [(x + c * tau, f"sharpest bend on the shift line (z + {c:.6g})")]
+
+
 def _smooth_measure(ev: Evaluator, method: str, x: FloatArray, k: int | float, tau: float) -> tuple[str, float, str, FloatArray] | None:
     """Worst class over lines through ``x`` and its candidate points, None when nothing was measured.
 
@@ -383,6 +408,8 @@ def _smooth_measure(ev: Evaluator, method: str, x: FloatArray, k: int | float, t
     if not r.failures:
         points += _candidate_points(method, x, k, tau)
     points += _ray_candidates(method, x, k, tau)
+    if not get_method(method).implementation.centred:
+        points += _shift_candidates(method, x, k, tau)
     lines = [(x0, where, _direction(rng, x.shape[-1])) for x0, where in points for _ in range(2)]
     evaluated = _evaluate_lines(method, [(x0, d) for x0, _, d in lines], k, tau)
     for (x0, where, d), rows in zip(lines, evaluated, strict=True):
