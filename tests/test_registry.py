@@ -38,9 +38,13 @@ PACKAGE = Path(st.__file__).parent
 #: (the hard top-k column of ``compute`` and ``temperature-sweep``). Each entry: file, string.
 #: Family names that equal a method's name (the registry's ``family``: "iterative", "perturbed")
 #: key the plot looks per family.
+#: The drop-ins' default method and the one that takes a straight-through gradient are part of
+#: their public signature; their bench's "softmax" is the framework's own softmax (a baseline row).
 NOT_A_METHOD = {
     ("render/compute.py", "hard"), ("render/sweep.py", "hard"),
     ("render/styles.py", "iterative"), ("render/styles.py", "perturbed"),
+    ("frameworks/dropin_common.py", "thre-laplace"), ("frameworks/dropin_common.py", "hard"),
+    ("frameworks/dropin_bench.py", "softmax"),
 }
 
 
@@ -59,8 +63,10 @@ def test_no_module_outside_the_registry_names_a_method() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        # catalog.py: the registry's numpy-free index of names, checked against it when the registry loads
-        if rel in ("registry.py", "catalog.py") or rel.startswith("operators/"):
+        # catalog.py: the registry's numpy-free index of names, checked against it when the registry loads;
+        # xp/: the array-API kernels of the drop-ins name the methods they compute, as operators/ do
+        # (test_the_dropin_methods_are_registered checks those names against the registry)
+        if rel in ("registry.py", "catalog.py") or rel.startswith(("operators/", "xp/")):
             continue
         tree = ast.parse(path.read_text())
         docs = _docstring_nodes(tree)
@@ -69,6 +75,17 @@ def test_no_module_outside_the_registry_names_a_method() -> None:
                 if node.value in names and (rel, node.value) not in NOT_A_METHOD:
                     found.append(f"{rel}:{node.lineno}: {node.value!r}")
     assert not found, "method names outside the registry (derive from METHODS instead):\n" + "\n".join(found)
+
+
+def test_the_dropin_methods_are_registered() -> None:
+    from topk_cli import xp
+
+    assert xp.DROPIN_METHODS and set(xp.DROPIN_METHODS) <= set(METHODS)
+    assert set(xp.REAL_K_METHODS) <= set(xp.DROPIN_METHODS)
+    for name in xp.REAL_K_METHODS:
+        assert not METHODS[name].capabilities.integer_k, name  # the drop-ins take a real k where the engine does
+    for name in set(xp.DROPIN_METHODS) - set(xp.REAL_K_METHODS):
+        assert METHODS[name].capabilities.integer_k, name
 
 
 def test_the_name_check_can_fail(tmp_path: Path) -> None:

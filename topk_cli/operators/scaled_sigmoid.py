@@ -56,7 +56,7 @@ def scaled_sigmoid_forward(z: FloatArray, k: int) -> Forward:
     """``p = k s / S`` where ``k <= S``, else ``1 - (n - k)(1 - s) / (n - S)``.
 
     >>> np.round(scaled_sigmoid_forward(np.array([[0.0, -1.0, -2.0]]), 1).p, 4)
-    array([[0.4798, 0.3531, 0.1671]])
+    array([[0.5265, 0.3077, 0.1659]])
     """
     a = _parts(z, k)
     s, t, d = a["s"], a["t"], a["d"][:, None]
