@@ -127,10 +127,25 @@ def _run_group(run: Callable[[], Any]) -> int:
     except MemoryError:
         return fail("error: out of memory (try a smaller input or grid)", 2)
     except Exception as exc:  # a bug: still one line, never a traceback
+        if _caused_by_interrupt(exc):  # Ctrl-C inside a lazy import's class creation (Python 3.11 wraps it)
+            return fail("interrupted", 130)
         return fail(f"error: internal error ({type(exc).__name__}: {exc}); please report it", 2)
     if result == 130:
         return fail("interrupted", 130)
     return int(result or 0)
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is in ``exc``'s chain of causes (Python 3.11 re-raises one that hits
+    a dataclass field's ``__set_name__`` as ``RuntimeError: Error calling __set_name__``)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _silence_stdout() -> None:
