@@ -205,36 +205,34 @@ class _Torch(_Backend):
             return values
         return self.to_numpy(arr)
 
-    def vjp(self, fn: Callable[[Any], Any], xa: Any, v: FloatArray) -> tuple[Any, Callable[[], Any]]:
-        torch = self.torch
+    def _traced(self, fn: Callable[[Any], Any], xa: Any) -> Any:
+        """``fn(xa)`` recorded by autograd (the user's forward, once, for the derivatives that follow)."""
         xa.requires_grad_(True)
-        with torch.enable_grad():
-            out = fn(xa)
+        with self.torch.enable_grad():
+            return fn(xa)
 
-        def backward() -> Any:
-            if not out.requires_grad:
-                raise _NoGradient("the output does not require grad: it is not computed from x by torch operations")
-            (g,) = torch.autograd.grad(out, xa, grad_outputs=torch.from_numpy(v).to(out.dtype), allow_unused=True)
-            return torch.zeros_like(xa) if g is None else g
+    def _grad(self, out: Any, xa: Any, cotangent: Any, *, retain: bool = False) -> Any:
+        """``cotangent^T d out / d xa`` (zeros where ``out`` does not depend on ``xa``)."""
+        if not out.requires_grad:
+            raise _NoGradient("the output does not require grad: it is not computed from x by torch operations")
+        (g,) = self.torch.autograd.grad(out, xa, grad_outputs=cotangent, retain_graph=retain, allow_unused=True)
+        return self.torch.zeros_like(xa) if g is None else g
 
-        return out, backward
+    def vjp(self, fn: Callable[[Any], Any], xa: Any, v: FloatArray) -> tuple[Any, Callable[[], Any]]:
+        out = self._traced(fn, xa)
+        return out, lambda: self._grad(out, xa, self.torch.from_numpy(v).to(out.dtype))
 
     def jacobian(self, fn: Callable[[Any], Any], xa: Any) -> tuple[Any, Callable[[], Any]]:
         torch = self.torch
-        xa.requires_grad_(True)
-        with torch.enable_grad():
-            out = fn(xa)
+        out = self._traced(fn, xa)
 
         def backward() -> Any:
-            if not out.requires_grad:
-                raise _NoGradient("the output does not require grad: it is not computed from x by torch operations")
             n = out.shape[-1]
             rows = []
             for i in range(n):  # one VJP per one-hot cotangent, the whole batch at once
                 e = torch.zeros_like(out)
                 e[..., i] = 1
-                (g,) = torch.autograd.grad(out, xa, grad_outputs=e, retain_graph=i < n - 1, allow_unused=True)
-                rows.append(torch.zeros_like(xa) if g is None else g)
+                rows.append(self._grad(out, xa, e, retain=i < n - 1))
             return torch.stack(rows, dim=-2)
 
         return out, backward
