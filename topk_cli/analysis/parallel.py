@@ -130,6 +130,7 @@ def _worker_init() -> None:
 def _terminate(pool: ProcessPoolExecutor) -> None:
     """Cancel what has not started and kill the workers (so no process outlives an interrupt)."""
     processes = dict(getattr(pool, "_processes", None) or {})
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown() drops the reference
     call_queue = getattr(pool, "_call_queue", None)
     if call_queue is not None:  # its feeder thread may be blocked on a pipe no worker will read:
         call_queue.cancel_join_thread()  # do not wait for it at exit (multiprocessing's documented escape)
@@ -139,3 +140,8 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
             process.terminate()
     for process in list(processes.values()):
         process.join(timeout=5)
+    # Let the pool's manager thread finish (it closes its wake-up pipe as it goes) before the
+    # interpreter exits: otherwise concurrent.futures' exit hook may write to that pipe while the
+    # thread closes it, and print 'Exception ignored ... Bad file descriptor' after our one line.
+    if manager is not None and manager.is_alive():
+        manager.join(timeout=5)
