@@ -720,6 +720,27 @@ def _finite_z(prep: _Prepared) -> FloatArray:
     return np.where(np.isfinite(prep.z), prep.z, 0.0)
 
 
+def _z_for_tau(prep: _Prepared, fwd: Forward) -> FloatArray:
+    """What ``dz/dtau = -z / tau`` is multiplied by: ``z`` (masked entries 0), centred per row on the
+    entry of largest ``p q`` (the weight nearest 1/2: at the threshold) for a shift-invariant operator.
+
+    ``p(z + c) = p(z)`` gives ``J_z 1 = 0`` and ``1^T J_z = 0`` for the symmetric Jacobians, so
+    ``J_z z = J_z (z - c)`` and ``g_z . z = g_z . (z - c)`` exactly; in floating point the sums of
+    ``J_z``'s rows and of ``g_z`` are only 0 to rounding, an error that ``z`` multiplies: at
+    ``|z| = 1e3`` and a row whose weights sit on both sides of the threshold it reached 1e-9 of
+    ``g_tau`` (a free entry's error in ``g_z`` is its ``f'`` times the rounding of a mean of ``g``,
+    so the error is that rounding times ``sum_i f'_i (z_i - c)``). Centred at the threshold, the entries
+    that carry the derivative have ``|z - c|`` of order 1. (tests/test_tau_derivative_centring.py checks ``J_z 1 = 0`` for every method it is used for.)
+    """
+    z = _finite_z(prep)
+    if not (prep.impl.centred and prep.spec.guarantees.shift_invariant):
+        return z
+    fin = np.isfinite(prep.z)
+    j = np.argmax(np.where(fin, fwd.p * fwd.q, -1.0), axis=1)
+    c = np.take_along_axis(z, j[:, None], axis=1)
+    return np.where(fin, z - c, 0.0)
+
+
 def jacobian(
     x: ArrayLike, k: object, method: MethodArg = DEFAULT_METHOD, *, tau: object = 1.0, wrt: Wrt = "x", axis: int = -1,
     **params: Any,
@@ -761,7 +782,7 @@ def jacobian(
         if "tau" in names:
             assert jac_z is not None
             # z = (x - max x) / tau: dz/dtau = -z / tau, so dp/dtau = J_z (-z) / tau
-            d_tau = -np.einsum("bij,bj->bi", jac_z, _finite_z(prep))
+            d_tau = -np.einsum("bij,bj->bi", jac_z, _z_for_tau(prep, fwd))
             results["tau"] = prep.restore(_divided_by_tau(prep, d_tau, "derivative with respect to tau").reshape(prep.shape))
         if "k" in names:
             d_k = _dk(prep, fwd)
@@ -844,7 +865,7 @@ def vjp(
         if "tau" in names:
             assert g_z is not None
             # z = (x - max x) / tau: dz/dtau = -z / tau, so v . dp/dtau = -(v^T J_z) . z / tau
-            g_tau = -np.einsum("bi,bi->b", g_z, _finite_z(prep)) / prep.rows_tau()
+            g_tau = -np.einsum("bi,bi->b", g_z, _z_for_tau(prep, fwd)) / prep.rows_tau()
             results["tau"] = _finite_or_raise(prep, g_tau, "vector-Jacobian product with respect to tau").reshape(prep.shape[:-1])
         if "x" in names:
             assert g_z is not None

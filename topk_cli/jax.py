@@ -12,6 +12,7 @@ Install with ``pip install 'softtopk[jax]'``.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -24,21 +25,24 @@ from topk_cli.frameworks import dropin_common as common
 __all__ = ["soft_topk"]
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _soft_topk_rows(x: jax.Array, k: jax.Array, tau: jax.Array, method: str, st_method: str, k_static: int) -> jax.Array:
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _soft_topk_rows(x: jax.Array, k: jax.Array, tau: jax.Array, method: str, st_method: str, k_static: int,
+                    k_max: float) -> jax.Array:
     """The weights of ``(B, n)`` rows ``x`` with ``k`` and ``tau`` per row ``(B,)`` (x's dtype);
-    ``k_static``: the integer k of a method defined for integer k only (``grad``), else 0."""
-    return _forward(x, k, tau, method, st_method, k_static)[0]
+    ``k_static``: the integer k of a method defined for integer k only (``grad``), else 0; ``k_max``:
+    a static bound on every row's k (a scalar k: the engine's partial-selection path), else 0."""
+    return _forward(x, k, tau, method, st_method, k_static, k_max)[0]
 
 
 def _forward(x: jax.Array, k: jax.Array, tau: jax.Array, method: str, st_method: str,
-             k_static: int) -> tuple[jax.Array, Any]:
+             k_static: int, k_max: float) -> tuple[jax.Array, Any]:
     from topk_cli import xp
 
-    return xp.forward(x, k, tau, method, st_method=st_method or None, k_static=k_static or None, scan=jax.lax.scan)
+    return xp.forward(x, k, tau, method, st_method=st_method or None, k_static=k_static or None, scan=jax.lax.scan,
+                      k_max=k_max or None)
 
 
-def _backward(method: str, st_method: str, k_static: int, residuals: Any,
+def _backward(method: str, st_method: str, k_static: int, k_max: float, residuals: Any,
               g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     from topk_cli import xp
 
@@ -50,7 +54,7 @@ _soft_topk_rows.defvjp(_forward, _backward)
 
 #: Compiled once per shape, dtype and method: the engine is dozens of small array operations (a
 #: binary search, Newton steps) that JAX would otherwise dispatch one by one in eager mode.
-_soft_topk_jit = jax.jit(_soft_topk_rows, static_argnums=(3, 4, 5))
+_soft_topk_jit = jax.jit(_soft_topk_rows, static_argnums=(3, 4, 5, 6))
 
 
 def _tracing(*values: Any) -> bool:
@@ -147,5 +151,8 @@ def soft_topk(
         tau_rows = tau_given = _per_row(tau, "tau", x2, batch_shape)
     if not _tracing(x2, k_rows, tau_rows):
         common.check_values(jnp, x2, k_given, k_number, tau_given, batch_shape, k_method)
-    p = _soft_topk_jit(x2, k_rows, tau_rows, name, st_method, k_static)
+    # a scalar k bounds every row: static, rounded up to a power of two (one compilation per octave
+    # of k, not per value); an array k is not read (it may be traced): rows are then sorted
+    k_max = float(2 ** math.ceil(math.log2(max(float(k_number), 1.0)))) if k_number is not None else 0.0
+    p = _soft_topk_jit(x2, k_rows, tau_rows, name, st_method, k_static, k_max)
     return p.reshape(x.shape).astype(x.dtype)

@@ -32,12 +32,13 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def _outputs(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str,
-             k_static: int) -> list[torch.Tensor]:
+             k_static: int, k_max: float = 0.0) -> list[torch.Tensor]:
     """``[p, *residuals]`` of the engine, each contiguous; a residual that shares memory with an input or
     an earlier output is copied (a custom operator's outputs must not alias)."""
     from topk_cli import xp
 
-    p, residuals = xp.forward(x, k, tau, method, st_method=st_method or None, k_static=k_static or None)
+    p, residuals = xp.forward(x, k, tau, method, st_method=st_method or None, k_static=k_static or None,
+                              k_max=k_max or None)
     seen = {_storage(t) for t in (x, k, tau)}
     out = []
     for t in (p, *residuals):
@@ -51,10 +52,11 @@ def _outputs(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, s
 
 @torch.library.custom_op("softtopk::soft_topk", mutates_args=())
 def _soft_topk_op(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str,
-                  k_static: int) -> list[torch.Tensor]:
+                  k_static: int, k_max: float) -> list[torch.Tensor]:
     """``[p, *residuals]`` on ``(B, n)`` rows ``x`` with ``k`` and ``tau`` per row ``(B,)`` (x's dtype);
-    ``k_static``: the integer k of a method defined for integer k only (``grad``), else 0."""
-    return _outputs(x, k, tau, method, st_method, k_static)
+    ``k_static``: the integer k of a method defined for integer k only (``grad``), else 0; ``k_max``:
+    a bound on every row's k known on the host (the engine's partial-selection path), else 0."""
+    return _outputs(x, k, tau, method, st_method, k_static, k_max)
 
 
 #: The residuals' layout of each (method, st_method): per residual, its shape with ``"B"`` and ``"n"``
@@ -85,7 +87,7 @@ def _layout(method: str, st_method: str, integer: bool) -> tuple[tuple[tuple[int
 
 @_soft_topk_op.register_fake
 def _soft_topk_fake(x: torch.Tensor, k: torch.Tensor, tau: torch.Tensor, method: str, st_method: str,
-                    k_static: int) -> list[torch.Tensor]:
+                    k_static: int, k_max: float) -> list[torch.Tensor]:
     sizes: dict[int | str, Any] = {"B": x.shape[0], "n": x.shape[1], "k": k_static}
     out = [torch.empty_like(x)]
     for shape, dtype in _layout(method, st_method, bool(k_static)):
@@ -115,7 +117,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: list[torch.Tensor]
 
 def _backward(ctx: Any, grads: list[torch.Tensor]) -> tuple[Any, ...]:
     gx, gk, gtau = _soft_topk_backward_op(list(ctx.saved_tensors), grads[0], ctx.method, ctx.st_method)
-    return gx, gk, gtau, None, None, None
+    return gx, gk, gtau, None, None, None, None
 
 
 _soft_topk_op.register_autograd(_backward, setup_context=_setup_context)
@@ -225,10 +227,13 @@ def soft_topk(
         tau_rows = torch.full((rows,), common.scalar_tau(tau), dtype=compute, device=x.device)
     else:
         tau_rows = tau_given = _per_row(tau, "tau", x2, batch_shape)
+    k_max = float(k_number) if k_number is not None else 0.0
     if not _tracing(x):
         from array_api_compat import array_namespace
 
         common.check_values(array_namespace(x2), x2.detach(), None if k_given is None else k_given.detach(), k_number,
                             None if tau_given is None else tau_given.detach(), batch_shape, k_method)
-    p = _soft_topk_op(x2, k_rows, tau_rows, name, st_method, k_static)[0]
+        if k_given is not None and rows:  # eager: the values are read anyway (above)
+            k_max = float(k_given.detach().max())
+    p = _soft_topk_op(x2, k_rows, tau_rows, name, st_method, k_static, k_max)[0]
     return p.reshape(x.shape).to(x.dtype)

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from topk_cli.operators._base import FloatArray, Forward, Implementation, ResidualFn
 from topk_cli.operators._logspace import exp_into
@@ -585,7 +586,28 @@ def threshold_jacobian(fwd: Forward, z: FloatArray, k: Any) -> FloatArray:
     jac = -w[:, :, None] * d[:, None, :]
     idx = np.arange(d.shape[1])
     jac[:, idx, idx] += d
+    rows, top, rest = _dominant(d)
+    if rows.size:  # d_i (1 - w_i) with 1 - w_i summed from the other entries (see _dominant)
+        jac[rows, top, top] = d[rows, top] * rest / total[rows, 0]
     return jac
+
+
+def _dominant(d: FloatArray) -> tuple[NDArray[np.intp], NDArray[np.intp], FloatArray]:
+    """``(rows, top, rest)``: the rows where one entry holds more than half of ``sum d``, that entry
+    and ``sum_{j != top} d_j``, summed without it.
+
+    ``v_i - (d . v) / sum d = sum_{j != i} d_j (v_i - v_j) / sum d`` (and ``1 - w_i``) is the small
+    difference of two nearly equal numbers at an entry whose ``d_i`` dominates, so its rounding
+    (``eps |v|``) is large relative to it (1e-9 of a VJP entry was seen at ``w_i = 1 - 1e-8``); the
+    other entries' differences are not cancellations of that kind (their ``w_j < 1/2``).
+    """
+    total = d.sum(axis=1)
+    top = np.argmax(d, axis=1)
+    rows = np.flatnonzero(d[np.arange(d.shape[0]), top] > total / 2)
+    top = top[rows]
+    others = d[rows].copy()
+    others[np.arange(rows.size), top] = 0.0
+    return rows, top, others.sum(axis=1)
 
 
 def threshold_vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatArray:
@@ -602,6 +624,12 @@ def threshold_vjp(fwd: Forward, z: FloatArray, k: Any, v: FloatArray) -> FloatAr
     # a temporary), no cancellation beyond that of v - mean itself
     out = np.subtract(v, mean[:, None])
     out *= d
+    rows, top, rest = _dominant(d)
+    if rows.size:  # the dominant entry's v_i - mean summed from the others' differences (see _dominant)
+        dv = d[rows] * v[rows]
+        dv[np.arange(rows.size), top] = 0.0
+        v_top = v[rows, top]
+        out[rows, top] = d[rows, top] * (v_top * rest - dv.sum(axis=1)) / total[rows]
     return out
 
 

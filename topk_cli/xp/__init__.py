@@ -46,7 +46,8 @@ def _grad_k(k_static: int | None, n: int) -> int:
 
 
 def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | None = None,
-            k_static: int | None = None, scan: Scan | None = None) -> tuple[Array, tuple[Array, ...]]:
+            k_static: int | None = None, scan: Scan | None = None,
+            k_max: float | None = None) -> tuple[Array, tuple[Array, ...]]:
     """``(p, residuals)`` of ``method`` on the rows of ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
 
     ``p`` has ``x``'s shape and dtype; ``residuals`` is a tuple of arrays, what :func:`backward`
@@ -59,19 +60,25 @@ def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | Non
     driver of its ``n``-step sweeps, with the semantics of ``jax.lax.scan`` (pass ``jax.lax.scan``
     under ``jax.jit``: the default Python loop unrolls ``n`` steps into the graph, whose compile
     time then grows faster than ``n``); the default is a Python loop.
+
+    ``k_max``: a Python number with ``k <= k_max`` on every row, known without reading ``k`` (the
+    adapters pass a scalar ``k``). With it, ``hard``, ``thre-exp``, ``thre-laplace`` and
+    ``thre-sigmoid`` select the few largest entries of each row (``ceil(k_max)``, or
+    ``floor(2 k_max) + 2``) instead of sorting it, when that is at most a quarter of the row; the
+    result is the same to rounding. Without it (a ``k`` array whose values are not read) rows are sorted.
     """
     _check_method(method, st_method)
     xp = namespace(x, k, tau)
-    z, fin, _ = scaled(xp, x, tau)
+    z, fin = scaled(xp, x, tau)
     if method == "hard":
-        p, residuals = hard_forward(xp, z, fin, k)
+        p, residuals = hard_forward(xp, z, fin, k, k_max)
         if st_method is not None:
-            _, residuals = forward(x, k, tau, st_method, k_static=k_static, scan=scan)
+            _, residuals = forward(x, k, tau, st_method, k_static=k_static, scan=scan, k_max=k_max)
         return p, residuals
     if method == "grad":
         return grad_forward(xp, z, fin, _grad_k(k_static, x.shape[1]), tau, scan)
     if method in SOLVERS:
-        return threshold_forward(xp, method, z, fin, k, tau)
+        return threshold_forward(xp, method, z, fin, k, tau, k_max)
     raise NotImplementedError(f"method {method!r} is not implemented yet in the array-API core")
 
 

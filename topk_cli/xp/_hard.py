@@ -6,16 +6,21 @@ linear in ``k``: ``dT_k/dk = 1 / #at`` on the at-group (from below at an integer
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from topk_cli.xp._common import Array, index_dtype, take
+from topk_cli.xp._common import Array, index_dtype, take, top_entries
 
 
-def hard_forward(xp: Any, z: Array, fin: Array, k: Array) -> tuple[Array, tuple[Array, ...]]:
-    """``(p, (w,))`` with ``w = dp/dk``."""
-    s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
+def hard_forward(xp: Any, z: Array, fin: Array, k: Array, k_max: float | None = None) -> tuple[Array, tuple[Array, ...]]:
+    """``(p, (w,))`` with ``w = dp/dk``; ``k_max``: a bound on every row's ``k`` known without reading
+    ``k`` (the cut is then among the ``ceil(k_max)`` largest: a partial selection), else ``None``."""
     n = z.shape[1]
-    c = xp.astype(xp.clip(xp.ceil(k), 1, n), index_dtype(xp, z)) - 1
+    if k_max is not None and 4 * math.ceil(k_max) <= n:
+        s, _ = top_entries(xp, z, math.ceil(k_max))
+    else:
+        s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
+    c = xp.astype(xp.clip(xp.ceil(k), 1, s.shape[1]), index_dtype(xp, z)) - 1
     cut = take(xp, s, c)
     above = fin & (z > cut[:, None])
     at = fin & (z == cut[:, None])

@@ -32,7 +32,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from topk_cli.xp._common import Array, count, index_dtype, positions, search, take
+from topk_cli.xp._common import (
+    Array,
+    count,
+    drop_entries,
+    index_dtype,
+    positions,
+    search,
+    set_entries,
+    take,
+    top_entries,
+)
 
 _LN2 = math.log(2.0)
 
@@ -59,21 +69,66 @@ def _free(t: Array) -> Array:
 
 @dataclass
 class _Rows:
-    """What every solver needs of the batch: ``z`` sorted descending (``s``), counts, ``k``."""
+    """What every solver needs of the batch: the ``M`` largest ``z`` sorted descending (``s``; the
+    whole row, ``M = n``, unless a prefix is asked for) and ``sum_{i > M - 1} e^{s_i - s_{M-1}}`` over
+    the entries left out (``tail``, 0 when ``M = n``), counts, ``k``."""
 
     xp: Any
     z: Array  # (B, n), -inf masked
     fin: Array  # (B, n) bool
-    s: Array  # (B, n) z sorted descending (masked last)
+    s: Array  # (B, M) the M largest z, sorted descending (masked last)
+    tail: Array  # (B,) float: the left-out entries' e^{z - s_{M-1}} summed (each term <= 1)
     nfin: Array  # (B,) index dtype: unmasked entries
+    last: Array  # (B,) index dtype: min(#unmasked, M) - 1 (>= 0), the smallest unmasked entry of s
     k: Array  # (B,) float
-    pos: Array  # (1, n) index positions
+    pos: Array  # (1, M) index positions
 
 
-def _rows(xp: Any, z: Array, fin: Array, k: Array) -> _Rows:
+def prefix_size(method: str, k_max: float | None, n: int) -> int | None:
+    """How many of the largest entries a row's threshold depends on individually, when every row's
+    ``k <= k_max``; ``None`` where that is the whole row (or a prefix would not be cheaper).
+
+    The others enter only through ``sum e^{z_i}`` (:attr:`_Rows.tail`): for ``thre-exp`` fewer than k
+    entries saturate, and the branch search and roots read ``s_0 .. s_{ceil(k)-1}``; for
+    ``thre-laplace`` (and the start of ``thre-sigmoid``'s Newton, which then runs over every entry)
+    an entry above the threshold weighs more than 1/2, so at most ``2k`` are, and
+    ``G(s_j) >= (j + 1) / 2 > k + 1/2`` at ``j = floor(2k) + 1``: the branch is found among the first
+    ``floor(2k) + 2`` with a margin rounding cannot cross. The clipped links search all breakpoints.
+    """
+    if k_max is None:
+        return None
+    if method == "thre-exp":
+        m = math.ceil(k_max)
+    elif method in ("thre-laplace", "thre-sigmoid"):
+        m = math.floor(2 * k_max) + 2
+    else:
+        return None
+    # a partial selection of m is cheaper than a full sort while m is a small part of the row
+    return m if 4 * m <= n else None
+
+
+def _rows(xp: Any, z: Array, fin: Array, k: Array, prefix: int | None = None) -> _Rows:
     idx = index_dtype(xp, z)
-    s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
-    return _Rows(xp, z, fin, s, count(xp, fin, idx), k, positions(xp, z, z.shape[1]))
+    n = z.shape[1]
+    nfin = count(xp, fin, idx)
+    if prefix is None or prefix >= n:
+        s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
+        tail = xp.zeros_like(z[:, 0])
+    else:
+        s, where = top_entries(xp, z, prefix)
+        low = s[:, -1]
+        low = xp.where(xp.isfinite(low), low, xp.zeros_like(low))  # a row with fewer unmasked: tail 0
+        tail = xp.sum(xp.exp(drop_entries(xp, z, where) - low[:, None]), axis=1)
+    m = s.shape[1]
+    last = xp.clip(xp.minimum(nfin, xp.full_like(nfin, m)) - 1, 0, m - 1)
+    return _Rows(xp, z, fin, s, tail, nfin, last, k, positions(xp, z, m))
+
+
+def _tail_at(r: _Rows, ref: Array) -> Array:
+    """``sum`` over the left-out entries of ``e^{z_i - ref}`` (``ref >= s_{M-1}``: 0 when none is left out)."""
+    xp = r.xp
+    gap = xp.minimum(r.s[:, -1] - ref, xp.zeros_like(ref))  # -inf where s_{M-1} is masked (tail 0)
+    return r.tail * xp.exp(gap)
 
 
 def _as_float(xp: Any, a: Array, like: Array) -> Array:
@@ -110,14 +165,15 @@ def _branch_count(r: _Rows, laplace: bool) -> Array:
     n = s.shape[1]
     idx = r.nfin.dtype
     zero_i = xp.zeros_like(r.nfin)
-    c = xp.clip(xp.astype(xp.ceil(r.k), idx) - 1, zero_i, xp.maximum(r.nfin - 1, zero_i))
+    c = xp.clip(xp.astype(xp.ceil(r.k), idx) - 1, zero_i, r.last)
     ref = take(xp, s, c)
     big = (math.log(float(xp.finfo(s.dtype).max)) - math.log(max(n, 1)) - 1.0) / 3.0
     u = s - ref[:, None]  # -inf on masked entries (the last positions)
     # one exp pass: e^{u} and, where it matters (|u| <= V), e^{-u} = 1 / e^{u}
     e = xp.exp(xp.minimum(u, 2 * big))  # 0 on masked entries
     em = xp.clip(e, math.exp(-big), math.exp(big))  # the factor e^{u_j} (clipped: <= n e^{3V} in all)
-    y = _exclusive_cumsum(xp, e, True) / em
+    # the left-out entries (all below s_{M-1} <= ref) add sum e^{z_i - ref} to every Y_j's numerator
+    y = (_exclusive_cumsum(xp, e, True) + _tail_at(r, ref)[:, None]) / em
     j = _as_float(xp, r.pos, s)
     kk = r.k[:, None]
     if laplace:
@@ -133,11 +189,11 @@ def _branch_count(r: _Rows, laplace: bool) -> Array:
 
 
 def _below_sum(r: _Rows, m: Array, ref: Array) -> Array:
-    """``sum_{i > m} exp(s_i - ref)`` per row (sorted positions after ``m``; terms at most 1 when
-    ``ref = s_m``)."""
+    """``sum_{i > m} exp(s_i - ref)`` per row (sorted positions after ``m``, the left-out entries
+    included; terms at most 1 when ``ref = s_m``)."""
     xp = r.xp
     after = r.pos > m[:, None]
-    return xp.sum(xp.exp(xp.where(after, r.s - ref[:, None], _neg_inf(xp, r.s))), axis=1)
+    return xp.sum(xp.exp(xp.where(after, r.s - ref[:, None], _neg_inf(xp, r.s))), axis=1) + _tail_at(r, ref)
 
 
 def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
@@ -149,7 +205,7 @@ def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
     """
     xp = r.xp
     zero = xp.zeros_like(m)
-    last = xp.maximum(r.nfin - 1, zero)
+    last = r.last
     has_above = m > 0
     has_below = m < r.nfin
     s_hi = take(xp, r.s, xp.clip(m - 1, zero, last))  # s_{m-1}, the smallest entry above
@@ -162,7 +218,7 @@ def _laplace_branch(r: _Rows, m: Array) -> tuple[Array, Array]:
     v = xp.where(before, s_hi[:, None] - r.s, xp.where(after, r.s - s_lo[:, None], _neg_inf(xp, r.s)))
     e = xp.exp(v)
     above = xp.sum(e * xp.astype(before, e.dtype), axis=1)
-    below = xp.sum(e * xp.astype(after, e.dtype), axis=1)
+    below = xp.sum(e * xp.astype(after, e.dtype), axis=1) + _tail_at(r, s_lo)
     la = xp.where(has_above, xp.log1p(above), ninf)
     lc = xp.where(has_below, xp.log1p(below), ninf)
     both = has_above & has_below
@@ -194,7 +250,7 @@ def solve_exp(r: _Rows) -> tuple[Array, Array]:
     j = _branch_count(r, laplace=False)
     zero = xp.zeros_like(j)
     kk = xp.astype(xp.ceil(r.k), r.nfin.dtype)
-    high = xp.maximum(xp.minimum(r.nfin, kk) - 1, zero)  # fewer than k saturate
+    high = xp.minimum(xp.maximum(xp.minimum(r.nfin, kk) - 1, zero), r.last)  # fewer than k saturate
     b = xp.clip(j + 1, zero, high)
     s_b = take(xp, r.s, b)
     rest = _below_sum(r, b, s_b)
@@ -221,7 +277,7 @@ def solve_laplace(r: _Rows) -> tuple[Array, Array]:
     # breakpoint picks a neighbouring branch (within a tie: any of the tied), the roots agree to
     # second order
     j = _branch_count(r, laplace=True)
-    ref, delta = _laplace_branch(r, xp.clip(j, xp.zeros_like(j), r.nfin))
+    ref, delta = _laplace_branch(r, xp.clip(j, xp.zeros_like(j), xp.minimum(r.nfin, r.last + 1)))
     full = _full_rows(r)
     ok = xp.isfinite(ref + delta) & ~full
     return xp.where(ok, ref, xp.zeros_like(ref)), xp.where(ok, -delta, xp.zeros_like(delta))
@@ -253,7 +309,7 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     """
     xp = r.xp
     ref, shift = solve_laplace(r)
-    x = (r.s - ref[:, None]) + shift[:, None]  # the sorted entries minus lambda_F (-inf masked)
+    x = (r.z - ref[:, None]) + shift[:, None]  # every entry minus lambda_F (-inf masked), in any order
     delta0 = -shift
     delta = delta0
     lo = delta - _LN2
@@ -281,14 +337,11 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     return ref, -delta
 
 
-def _breakpoint_rows(r: _Rows) -> tuple[Array, Array]:
-    """``(ref, off)`` of the breakpoints ``z_j`` and ``z_j - 1`` of the clipped links, sorted
-    descending (masked ones last), each kept as the pair (``value = ref - off``)."""
+def _g_clipped(r: _Rows, ref: Array, off: Array, power: int) -> Array:
+    """``G(lambda) = sum_i clip(z_i - lambda, 0, 1)^power`` at ``lambda = ref - off`` per row."""
     xp = r.xp
-    zz = xp.concat([r.s, r.s], axis=1)
-    off = xp.concat([xp.zeros_like(r.s), xp.ones_like(r.s)], axis=1)
-    order = xp.argsort(off - zz, axis=1, stable=False)  # descending values; ascending sorts directly
-    return xp.take_along_axis(zz, order, axis=1), xp.take_along_axis(off, order, axis=1)
+    c = xp.clip((r.s - ref[:, None]) + off[:, None], 0.0, 1.0)  # masked entries: 0
+    return xp.sum(c if power == 1 else c * c * c, axis=1)
 
 
 def _clipped_interval(r: _Rows, power: int) -> tuple[Array, Array, Array, Array, Array, Array]:
@@ -297,30 +350,53 @@ def _clipped_interval(r: _Rows, power: int) -> tuple[Array, Array, Array, Array,
     ``0 < z - lambda < 1`` inside it, ``sat`` those at 1; ``flat`` (per row): ``G = k`` on the whole
     interval below ``lo`` (an integer ``k`` with no entry strictly inside, e.g. a hard selection),
     where ``flat`` holds ``lambda``'s offset from ``lo`` to the middle of that interval (else 0), so
-    that no entry sits on a kink (whose one-sided derivative a rounding of ``z`` would flip)."""
+    that no entry sits on a kink (whose one-sided derivative a rounding of ``z`` would flip).
+
+    The breakpoints are the entries ``s_j`` (``off = 0``) and ``s_j - 1`` (``off = 1``): two sorted
+    sequences, each searched on its own (``G`` decreases, so ``#{j : G(b_j) < k}`` in each), the
+    interval's ends then the nearest of the two sequences' candidates: no sort of the ``2n`` merged
+    breakpoints."""
     xp = r.xp
-    bref, boff = _breakpoint_rows(r)
-    nb = 2 * r.nfin
+    zero = xp.zeros_like(r.k)
+    one = xp.ones_like(r.k)
+    zero_i = xp.zeros_like(r.nfin)
+    last = xp.maximum(r.nfin - 1, zero_i)
+    size = r.s.shape[1]
 
-    def g_at(j: Array) -> Array:
-        j = xp.clip(j, 0, xp.maximum(nb - 1, xp.zeros_like(nb)))
-        t = (r.s - take(xp, bref, j)[:, None]) + take(xp, boff, j)[:, None]
-        c = xp.clip(t, 0.0, 1.0)
-        return xp.sum(c if power == 1 else c * c * c, axis=1)
+    def count(off: Array) -> Array:
+        return search(xp, r.nfin, size, lambda jj: _g_clipped(r, take(xp, r.s, jj), off, power) < r.k, r.nfin)
 
-    j = search(xp, nb, bref.shape[1], lambda jj: g_at(jj) < r.k, nb)
-    j_lo = xp.clip(j, 1, xp.maximum(nb - 1, xp.ones_like(nb)))
-    ref_lo, off_lo = take(xp, bref, j_lo), take(xp, boff, j_lo)
-    ref_hi, off_hi = take(xp, bref, j_lo - 1), take(xp, boff, j_lo - 1)
-    j_nx = xp.minimum(j_lo + 1, xp.maximum(nb - 1, xp.ones_like(nb)))
-    ref_nx, off_nx = take(xp, bref, j_nx), take(xp, boff, j_nx)
+    def candidate(j: Array, off: Array, missing: float) -> tuple[Array, Array]:
+        """``(ref, value)`` of breakpoint ``j`` of a sequence; ``value = missing`` where ``j`` is out of range."""
+        ref = take(xp, r.s, xp.clip(j, zero_i, last))
+        ok = (j >= 0) & (j < r.nfin)
+        return ref, xp.where(ok, ref - off, xp.full_like(ref, missing))
+
+    j0, j1 = count(zero), count(one)
+    # lo: the largest breakpoint with G >= k, of either sequence
+    ref0, v0 = candidate(j0, zero, -math.inf)
+    ref1, v1 = candidate(j1, one, -math.inf)
+    lo_is0 = v0 >= v1
+    ref_lo, off_lo = xp.where(lo_is0, ref0, ref1), xp.where(lo_is0, zero, one)
+    # hi: the smallest breakpoint with G < k
+    ref0, v0 = candidate(j0 - 1, zero, math.inf)
+    ref1, v1 = candidate(j1 - 1, one, math.inf)
+    hi_is0 = v0 <= v1
+    ref_hi, off_hi = xp.where(hi_is0, ref0, ref1), xp.where(hi_is0, zero, one)
+    # nx: the breakpoint after lo (the next of lo's sequence, or the other sequence's candidate)
+    step0 = xp.astype(lo_is0, j0.dtype)
+    ref0, v0 = candidate(j0 + step0, zero, -math.inf)
+    ref1, v1 = candidate(j1 + (1 - step0), one, -math.inf)
+    nx_is0 = v0 >= v1
+    ref_nx, off_nx = xp.where(nx_is0, ref0, ref1), xp.where(nx_is0, zero, one)
+    has_nx = xp.isfinite(xp.maximum(v0, v1))
     fin = xp.isfinite(r.s)
     t_lo = (r.s - ref_lo[:, None]) + off_lo[:, None]
     t_hi = (r.s - ref_hi[:, None]) + off_hi[:, None]
     free = fin & (t_hi >= 0) & (t_lo <= 1)
     sat = fin & (t_hi >= 1)
     g_lo = xp.sum(xp.where(fin, xp.clip(t_lo, 0.0, 1.0), xp.zeros_like(t_lo)) ** power, axis=1)
-    is_flat = (g_lo == r.k) & (g_at(j_nx) == r.k) & (j_nx > j_lo) & xp.isfinite(ref_nx)
+    is_flat = (g_lo == r.k) & has_nx & (_g_clipped(r, ref_nx, off_nx, power) == r.k)
     gap = xp.where(is_flat, (ref_nx - ref_lo) - (off_nx - off_lo), xp.zeros_like(ref_lo))
     return ref_lo, off_lo, t_lo, free, sat, gap / 2
 
@@ -435,17 +511,19 @@ WEIGHTS: dict[str, Callable[[Any, Array, Array], tuple[Array, Array, Array]]] = 
 
 
 def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
-                      tau: Array) -> tuple[Array, tuple[Array, ...]]:
+                      tau: Array, k_max: float | None = None) -> tuple[Array, tuple[Array, ...]]:
     """``p`` and the residuals ``(d, w, t0, tau)`` of a threshold method (see the module doc;
-    ``t0 = z - lambda``, 0 on masked entries and on rows with every weight 1)."""
+    ``t0 = z - lambda``, 0 on masked entries and on rows with every weight 1). ``k_max``: a bound
+    on every row's ``k`` known without reading ``k`` (see :func:`prefix_size`), else ``None``."""
     full_mode = FULL[method]
-    r = _rows(xp, z, fin, k)
+    r = _rows(xp, z, fin, k, prefix_size(method, k_max, z.shape[1]))
     ref, shift = SOLVERS[method](r)
     t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
     full = _full_rows(r)
     full_c = full[:, None]
     zero_i = xp.zeros_like(r.nfin)
-    low = take(xp, r.s, xp.maximum(r.nfin - 1, zero_i))  # the smallest unmasked entry
+    # the smallest unmasked entry, read on rows with k = #unmasked (all of them are in s there)
+    low = take(xp, r.s, r.last)
     if full_mode == "softmin":
         # rows with k = #unmasked: dp/dk is the limit e^{-z} normalised, which the weights' own w
         # gives at t = (z - low) + S (there |t| - min |t| = z - low, and 1 + e^{-S} = 1 for the sigmoid)
@@ -461,7 +539,8 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
         # the saturated entries are the largest, so the group is the one equal to s_{#sat - 1}
         nsat = float(z.shape[1]) - xp.sum(xp.astype(t < 0, t.dtype), axis=1)
         kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
-        least = take(xp, r.s, xp.maximum(xp.astype(nsat, r.nfin.dtype) - 1, zero_i))
+        # (fewer than k saturate: the group is in s)
+        least = take(xp, r.s, xp.clip(xp.astype(nsat, r.nfin.dtype) - 1, zero_i, r.last))
         w = xp.where(kink[:, None], xp.where(z == least[:, None], xp.ones_like(t), d), w)
     if full_mode == "lowest":
         w = xp.where(full_c, xp.astype(z == low[:, None], t.dtype), w)
@@ -470,9 +549,12 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     zeros = xp.zeros_like(t)
     p = xp.where(full_c, xp.astype(fin, z.dtype), p)
     d = xp.where(full_c, zeros, d)
-    # g_tau = -(g_z . z) / tau, and g_z sums to 0: z - lambda = t in place of z keeps the terms
-    # near the threshold O(1) (no cancellation between far entries, whose d is tiny)
+    # g_tau = -(g_z . z) / tau, and g_z sums to 0, so any c may replace z by z - c. The rounding e
+    # of the mean w . g in g_z = d (g - w . g) is common to every entry: it adds e sum d_i (z_i - c)
+    # to g_z . (z - c), which vanishes at c = the d-weighted mean of z (with z - lambda = t in place
+    # of z, the terms near the threshold stay O(1) and far entries, whose d is tiny, do not cancel)
     t0 = xp.where(fin & ~full_c, t, zeros)
+    t0 = xp.where(fin & ~full_c, t0 - xp.sum(w * t0, axis=1)[:, None], zeros)
     return p, (d, w, t0, tau)
 
 
@@ -481,6 +563,14 @@ def threshold_backward(xp: Any, residuals: tuple[Array, ...], g: Array) -> tuple
     d, w, t0, tau = residuals
     gk = xp.sum(w * g, axis=1)
     gz = d * (g - gk[:, None])
+    # at the entry of largest w, g_i - gk is the small difference of nearly equal numbers when w_i is
+    # near 1: sum_{j != i} w_j (g_i - g_j) instead, from the other entries (as the numpy engine's
+    # threshold_vjp; its rounding is then that of the terms, not eps |g| of gk)
+    top = xp.argmax(w, axis=1)
+    others = set_entries(xp, w, top, xp.zeros_like(gk))
+    g_top = take(xp, g, top)
+    exact = take(xp, d, top) * (g_top * xp.sum(others, axis=1) - xp.sum(others * g, axis=1))
+    gz = set_entries(xp, gz, top, exact)
     gx = gz / tau[:, None]
     gtau = -xp.sum(gz * t0, axis=1) / tau
     return gx, gk, gtau
