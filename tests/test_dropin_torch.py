@@ -118,10 +118,13 @@ def _small(method: str):
 def test_opcheck(method: str) -> None:
     x, k, tau = _small(method)
     k_static = 0 if takes_real_k(method) else 2
-    torch.library.opcheck(tt._soft_topk_op, (x, k.double(), tau, method, "", k_static))
+    torch.library.opcheck(tt._soft_topk_op, (x, k.double(), tau, method, "", k_static, 0.0))
     if method == "hard":
-        torch.library.opcheck(tt._soft_topk_op, (x, k.double(), tau, method, "thre-laplace", 0))
-        torch.library.opcheck(tt._soft_topk_op, (x, torch.full((2,), 2.0, dtype=torch.float64), tau, method, "grad", 2))
+        torch.library.opcheck(tt._soft_topk_op, (x, k.double(), tau, method, "thre-laplace", 0, 0.0))
+        torch.library.opcheck(tt._soft_topk_op, (x, torch.full((2,), 2.0, dtype=torch.float64), tau, method, "grad", 2, 0.0))
+    # a bound on k (the partial selection instead of a sort): rows long enough that it is taken
+    long = torch.cat([x, x - 3.0, x - 6.0, x - 9.0], dim=1)
+    torch.library.opcheck(tt._soft_topk_op, (long, k.double(), tau, method, "", k_static, 2.5))
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -78,6 +78,15 @@ def scaled(xp: Any, x: Array, tau: Array) -> tuple[Array, Array]:
     return z, fin
 
 
+def sort_descending(xp: Any, a: Array) -> Array:
+    """The rows of ``a`` (``(B, n)``) sorted descending (values only: stability buys nothing); under JAX
+    behind an optimization barrier, as :func:`top_entries`."""
+    s = xp.sort(a, axis=1, descending=True, stable=False)
+    if array_api_compat.is_jax_namespace(xp):
+        s = importlib.import_module("jax.lax").optimization_barrier(s)
+    return s
+
+
 def top_entries(xp: Any, a: Array, m: int) -> tuple[Array, Array]:
     """``(values, indices)``: the ``m`` largest entries of each row of ``a`` (``(B, n)``, ``1 <= m <= n``),
     sorted descending, and their positions; ties at the m-th value are broken arbitrarily.
@@ -90,18 +99,13 @@ def top_entries(xp: Any, a: Array, m: int) -> tuple[Array, Array]:
         values, indices = a.topk(m, dim=1, largest=True, sorted=True)
         return values, indices
     if array_api_compat.is_jax_namespace(xp):  # JAX is loaded already: its arrays are here
-        values, indices = importlib.import_module("jax.lax").top_k(a, m)
+        lax = importlib.import_module("jax.lax")
+        # the barrier keeps XLA (on CPU) from fusing the selection into the elementwise passes that
+        # read its values: it then recomputes it per element (20x slower at n = 1000, k = 16)
+        values, indices = lax.optimization_barrier(lax.top_k(a, m))
         return values, indices
     order = xp.argsort(a, axis=1, descending=True, stable=False)[:, :m]
     return xp.take_along_axis(a, order, axis=1), order
-
-
-def drop_entries(xp: Any, a: Array, indices: Array) -> Array:
-    """A copy of ``a`` (``(B, n)``) with ``-inf`` at ``indices`` (``(B, m)`` positions per row)."""
-    import array_api_extra as xpx
-
-    rows = xp.arange(a.shape[0], dtype=indices.dtype, device=device(a))[:, None]
-    return xpx.at(a)[rows, indices].set(-math.inf, copy=True)
 
 
 def set_entries(xp: Any, a: Array, idx: Array, values: Array) -> Array:

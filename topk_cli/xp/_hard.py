@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from topk_cli.xp._common import Array, index_dtype, take, top_entries
+from topk_cli.xp._common import Array, index_dtype, sort_descending, take, top_entries
 
 
 def hard_forward(xp: Any, z: Array, fin: Array, k: Array, k_max: float | None = None) -> tuple[Array, tuple[Array, ...]]:
@@ -19,7 +19,7 @@ def hard_forward(xp: Any, z: Array, fin: Array, k: Array, k_max: float | None = 
     if k_max is not None and 4 * math.ceil(k_max) <= n:
         s, _ = top_entries(xp, z, math.ceil(k_max))
     else:
-        s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
+        s = sort_descending(xp, z)
     c = xp.astype(xp.clip(xp.ceil(k), 1, s.shape[1]), index_dtype(xp, z)) - 1
     cut = take(xp, s, c)
     above = fin & (z > cut[:, None])

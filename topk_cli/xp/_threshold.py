@@ -35,11 +35,11 @@ from typing import Any
 from topk_cli.xp._common import (
     Array,
     count,
-    drop_entries,
     index_dtype,
     positions,
     search,
     set_entries,
+    sort_descending,
     take,
     top_entries,
 )
@@ -63,8 +63,21 @@ def _neg_inf(xp: Any, t: Array) -> Array:
     return xp.full_like(t, -math.inf)
 
 
-def _free(t: Array) -> Array:
-    return (t > 0) & (t < 1)
+def _step(xp: Any, t: Array) -> Array:
+    """``1.0`` where ``t > 0`` (``+inf`` included), ``0.0`` where ``t <= 0``: a float mask from cheap
+    elementwise operations (comparisons, ``sign`` and ``where`` cost several times more per element
+    in PyTorch on CPU, and the weights are a handful of passes over the batch). ``t`` is multiplied
+    twice by the largest float, so that the smallest positive (subnormal) ``t`` reaches 1, each
+    product of a number at most 1 (nothing overflows) and a minimum between them (a compiler may
+    not fold the two into one product by ``inf``). Under XLA on CPU subnormals are flushed to 0.
+    Not for ties: ``t`` must be computed as compared (see :func:`_rows`)."""
+    big = float(xp.finfo(t.dtype).max)
+    return xp.clip(xp.minimum(xp.clip(t, 0.0, 1.0) * big, 1.0) * big, 0.0, 1.0)
+
+
+def _below(xp: Any, t: Array) -> Array:
+    """``1.0`` where ``t < 0`` (``-inf`` included), ``0.0`` where ``t >= 0``."""
+    return _step(xp, -t)
 
 
 @dataclass
@@ -112,13 +125,23 @@ def _rows(xp: Any, z: Array, fin: Array, k: Array, prefix: int | None = None) ->
     n = z.shape[1]
     nfin = count(xp, fin, idx)
     if prefix is None or prefix >= n:
-        s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
+        s = sort_descending(xp, z)
         tail = xp.zeros_like(z[:, 0])
     else:
-        s, where = top_entries(xp, z, prefix)
-        low = s[:, -1]
-        low = xp.where(xp.isfinite(low), low, xp.zeros_like(low))  # a row with fewer unmasked: tail 0
-        tail = xp.sum(xp.exp(drop_entries(xp, z, where) - low[:, None]), axis=1)
+        s, _ = top_entries(xp, z, prefix)
+        held = xp.isfinite(s[:, -1])  # else the row has fewer than M unmasked entries, all in s: tail 0
+        low = xp.where(held, s[:, -1], xp.zeros_like(s[:, -1]))
+        # the left-out entries: those below s_{M-1}, and the entries equal to it that the selection
+        # left out (a tie at the M-th value), each e^0 = 1. Counted with masks rather than by writing
+        # -inf over the selected positions: XLA on CPU fuses such a scatter into the exp pass and
+        # runs it thirty times slower. The masks compare z with s_{M-1} (not the sign of z - s_{M-1}:
+        # XLA recomputes z inside the fused pass and may contract (x - max) / tau - s into one
+        # fused multiply-add, nonzero at the tied entries).
+        lowc = low[:, None]
+        below = xp.astype(z < lowc, z.dtype)
+        ties = xp.sum(xp.astype(z == lowc, z.dtype), axis=1) - xp.sum(xp.astype(s == lowc, z.dtype), axis=1)
+        tail = xp.sum(xp.exp(xp.minimum(z - lowc, 0.0)) * below, axis=1) + ties
+        tail = xp.where(held, tail, xp.zeros_like(tail))
     m = s.shape[1]
     last = xp.clip(xp.minimum(nfin, xp.full_like(nfin, m)) - 1, 0, m - 1)
     return _Rows(xp, z, fin, s, tail, nfin, last, k, positions(xp, z, m))
@@ -442,37 +465,31 @@ SOLVERS: dict[str, Callable[[_Rows], tuple[Array, Array]]] = {
 }
 
 
-def _row_max(xp: Any, a: Array, mask: Array) -> Array:
-    """The largest ``a`` over ``mask`` per row, 0 where the mask is empty."""
-    top = xp.max(xp.where(mask, a, xp.full_like(a, -math.inf)), axis=1)
-    return xp.where(xp.isfinite(top), top, xp.zeros_like(top))
-
-
-def _weights_exp(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+def _weights_exp(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for ``f = min(1, e^t)``: ``w = d / max d`` (finite where every ``d`` underflows),
-    one ``exp`` pass: ``d = w e^{max t}`` (the kink ``t = 0`` counts as saturated, ``d = 0``)."""
-    neg = t < 0  # masked entries (t = -inf) too: d = p = 0 there
-    tn = xp.where(neg, t, xp.full_like(t, -math.inf))
-    top = xp.max(tn, axis=1)
+    one ``exp`` pass: ``d = w e^{max t}`` (the kink ``t = 0`` counts as saturated, ``d = 0``). The
+    largest ``t < 0`` is read on ``t_s``, the sorted prefix (fewer than k entries saturate)."""
+    below = _below(xp, t)  # masked entries (t = -inf) too: d = p = 0 there
+    top = xp.max(xp.where(t_s < 0, t_s, xp.full_like(t_s, -math.inf)), axis=1)
     top = xp.where(xp.isfinite(top), top, xp.zeros_like(top))
-    w = xp.exp(tn - top[:, None])
+    # t - top <= 0 where t < 0; elsewhere the minimum keeps exp finite and the mask makes it 0
+    w = xp.exp(xp.minimum(xp.minimum(t, 0.0) - top[:, None], 0.0)) * below
     d = w * xp.exp(top)[:, None]
-    p = xp.where(neg, d, xp.ones_like(t))
-    return p, d, w
+    return d + (1 - below), d, w
 
 
-def _weights_laplace(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+def _weights_laplace(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for the Laplace CDF from one ``exp`` pass: ``w = e^{-(|t| - min |t|)}``,
     ``e^{-|t|} = w e^{-min |t|}``."""
     a = xp.abs(t)  # inf on masked entries: w = e = 0 there
     low = xp.min(a, axis=1)
     w = xp.exp(low[:, None] - a)
     e = w * xp.exp(-low)[:, None]
-    p = xp.where(t >= 0, 1 - e / 2, e / 2)
-    return p, e / 2, w
+    half = e / 2
+    return half + (1 - _below(xp, t)) * (1 - e), half, w
 
 
-def _weights_sigmoid(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
+def _weights_sigmoid(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for the sigmoid from one ``exp`` pass, as :func:`_weights_laplace`:
     ``d = e / (1 + e)^2`` with ``e = e^{-|t|}``, ``w = d e^{min |t|}``."""
     a = xp.abs(t)  # inf on masked entries: v = e = 0 there
@@ -480,27 +497,33 @@ def _weights_sigmoid(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array
     v = xp.exp(low[:, None] - a)
     e = v * xp.exp(-low)[:, None]
     r = 1 / (1 + e)
-    p = xp.where(t >= 0, r, e * r)
-    w = v * r * r
-    return p, e * r * r, w
+    er = e * r
+    return er + (1 - _below(xp, t)) * (r - er), er * r, v * r * r
 
 
-def _weights_clip(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
-    d = xp.where(_free(t), xp.ones_like(t), xp.zeros_like(t))
+def _free_mask(xp: Any, t: Array) -> Array:
+    """``1.0`` where ``0 < t < 1``, else ``0.0`` (``-inf`` included), as :func:`_step`."""
+    return _step(xp, t) * _step(xp, 1 - t)
+
+
+def _weights_clip(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
+    d = _free_mask(xp, t)
     return xp.clip(t, 0.0, 1.0), d, d
 
 
-def _weights_cube(xp: Any, t: Array, fin: Array) -> tuple[Array, Array, Array]:
-    free = _free(t)
+def _weights_cube(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
+    free = _free_mask(xp, t)
     c = xp.clip(t, 0.0, 1.0)
-    top = _row_max(xp, t, free)
-    v = xp.where(free, t, xp.zeros_like(t)) / xp.where(top > 0, top, xp.ones_like(top))[:, None]
-    return c * c * c, xp.where(free, 3 * t * t, xp.zeros_like(t)), v * v
+    v = c * free  # t on the free entries, 0 elsewhere
+    top = xp.max(v, axis=1)
+    v = v / xp.where(top > 0, top, xp.ones_like(top))[:, None]
+    c2 = c * c
+    return c2 * c, 3 * c2 * free, v * v
 
 
-#: ``(p, d, w)`` of each method from ``t = z - lambda`` (``-inf`` masked): the weights ``f(t)``, their
-#: derivatives ``f'(t)`` and ``w``, ``f'(t)`` up to a positive factor per row, finite and not all 0
-#: where the ``f'`` underflow (``w / sum w = dp/dk``).
+#: ``(p, d, w)`` of each method from ``t = z - lambda`` (``-inf`` masked) and ``t_s``, the same on the
+#: sorted prefix ``s``: the weights ``f(t)``, their derivatives ``f'(t)`` and ``w``, ``f'(t)`` up to a
+#: positive factor per row, finite and not all 0 where the ``f'`` underflow (``w / sum w = dp/dk``).
 WEIGHTS: dict[str, Callable[[Any, Array, Array], tuple[Array, Array, Array]]] = {
     "thre-exp": _weights_exp,
     "thre-laplace": _weights_laplace,
@@ -513,48 +536,52 @@ WEIGHTS: dict[str, Callable[[Any, Array, Array], tuple[Array, Array, Array]]] = 
 def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
                       tau: Array, k_max: float | None = None) -> tuple[Array, tuple[Array, ...]]:
     """``p`` and the residuals ``(d, w, t0, tau)`` of a threshold method (see the module doc;
-    ``t0 = z - lambda``, 0 on masked entries and on rows with every weight 1). ``k_max``: a bound
-    on every row's ``k`` known without reading ``k`` (see :func:`prefix_size`), else ``None``."""
+    ``t0 = z - lambda`` less its ``f'``-weighted mean, 0 on masked entries and on rows with every
+    weight 1). ``k_max``: a bound on every row's ``k`` known without reading ``k`` (see
+    :func:`prefix_size`), else ``None``.
+
+    Rows with ``k = #unmasked`` (every weight 1) are computed at ``t = (z - low) + S`` (``low`` the
+    smallest unmasked entry, ``S = 2 - log(eps)``): every link gives ``p = 1`` there to rounding,
+    and for the ``softmin`` links ``w`` is the limit of ``dp/dk`` (``|t| - min |t| = z - low``); their
+    ``d`` and ``t0`` are set to 0 and the ``lowest`` links' ``w`` to the smallest entries. The few
+    per-row cases are blended with float masks (``a + m (b - a)``, every term finite).
+    """
     full_mode = FULL[method]
     r = _rows(xp, z, fin, k, prefix_size(method, k_max, z.shape[1]))
     ref, shift = SOLVERS[method](r)
-    t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
     full = _full_rows(r)
-    full_c = full[:, None]
-    zero_i = xp.zeros_like(r.nfin)
     # the smallest unmasked entry, read on rows with k = #unmasked (all of them are in s there)
     low = take(xp, r.s, r.last)
-    if full_mode == "softmin":
-        # rows with k = #unmasked: dp/dk is the limit e^{-z} normalised, which the weights' own w
-        # gives at t = (z - low) + S (there |t| - min |t| = z - low, and 1 + e^{-S} = 1 for the sigmoid)
-        big = 2.0 - math.log(float(xp.finfo(z.dtype).eps))
-        t_w = xp.where(full_c, (z - low[:, None]) + big, t)
-    else:
-        t_w = t
-    # p, d and w are 0 on masked entries (t = -inf)
-    p, d, w = WEIGHTS[method](xp, t_w, fin)
+    big = 2.0 - math.log(float(xp.finfo(z.dtype).eps))
+    ref = xp.where(full, low, ref)
+    shift = xp.where(full, xp.full_like(shift, big), shift)
+    t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
+    t_s = (r.s - ref[:, None]) + shift[:, None]
+    p, d, w = WEIGHTS[method](xp, t, t_s)  # 0 on masked entries (t = -inf)
+    full_f = xp.astype(full, z.dtype)[:, None]
+    keep = 1 - full_f
     if method == "thre-exp":
         # an integer k whose threshold rounded onto an entry (the mass below the k largest under
         # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule);
-        # the saturated entries are the largest, so the group is the one equal to s_{#sat - 1}
-        nsat = float(z.shape[1]) - xp.sum(xp.astype(t < 0, t.dtype), axis=1)
+        # the saturated entries are the largest (fewer than k: all in s), so the group is the one
+        # equal to s_{#sat - 1}
+        nsat = xp.sum(xp.astype(t_s >= 0, t.dtype), axis=1)
         kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
-        # (fewer than k saturate: the group is in s)
-        least = take(xp, r.s, xp.clip(xp.astype(nsat, r.nfin.dtype) - 1, zero_i, r.last))
-        w = xp.where(kink[:, None], xp.where(z == least[:, None], xp.ones_like(t), d), w)
+        least = take(xp, r.s, xp.clip(xp.astype(nsat, r.nfin.dtype) - 1, xp.zeros_like(r.nfin), r.last))
+        group = xp.astype(z == least[:, None], t.dtype)  # d = 0 there (saturated)
+        w = w + xp.astype(kink, t.dtype)[:, None] * ((d + group) - w)
     if full_mode == "lowest":
-        w = xp.where(full_c, xp.astype(z == low[:, None], t.dtype), w)
+        w = w * keep + full_f * xp.astype(z == low[:, None], t.dtype)
     total = xp.sum(w, axis=1)
-    w = w / xp.where(total > 0, total, xp.ones_like(total))[:, None]  # w = 0 where total = 0
-    zeros = xp.zeros_like(t)
-    p = xp.where(full_c, xp.astype(fin, z.dtype), p)
-    d = xp.where(full_c, zeros, d)
+    w = w * (1 / xp.where(total > 0, total, xp.ones_like(total)))[:, None]  # w = 0 where total = 0
+    d = d * keep
     # g_tau = -(g_z . z) / tau, and g_z sums to 0, so any c may replace z by z - c. The rounding e
     # of the mean w . g in g_z = d (g - w . g) is common to every entry: it adds e sum d_i (z_i - c)
     # to g_z . (z - c), which vanishes at c = the d-weighted mean of z (with z - lambda = t in place
     # of z, the terms near the threshold stay O(1) and far entries, whose d is tiny, do not cancel)
-    t0 = xp.where(fin & ~full_c, t, zeros)
-    t0 = xp.where(fin & ~full_c, t0 - xp.sum(w * t0, axis=1)[:, None], zeros)
+    on = xp.astype(fin, t.dtype) * keep
+    t0 = xp.maximum(t, -xp.finfo(t.dtype).max) * on  # masked: a finite value times 0
+    t0 = (t0 - xp.sum(w * t0, axis=1)[:, None]) * on
     return p, (d, w, t0, tau)
 
 
