@@ -387,7 +387,9 @@ def _clipped_interval(r: _Rows, power: int) -> tuple[Array, Array, Array, Array,
     size = r.s.shape[1]
 
     def count(off: Array) -> Array:
-        return search(xp, r.nfin, size, lambda jj: _g_clipped(r, take(xp, r.s, jj), off, power) < r.k, r.nfin)
+        # (the search also evaluates rows that have finished, at any j: read an unmasked entry there)
+        return search(xp, r.nfin, size, lambda jj: _g_clipped(r, take(xp, r.s, xp.minimum(jj, last)), off, power) < r.k,
+                      r.nfin)
 
     def candidate(j: Array, off: Array, missing: float) -> tuple[Array, Array]:
         """``(ref, value)`` of breakpoint ``j`` of a sequence; ``value = missing`` where ``j`` is out of range."""
