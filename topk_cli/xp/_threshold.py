@@ -338,19 +338,19 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     lo = delta - _LN2
     hi = delta + _LN2
     e = xp.exp(-xp.abs(x))  # 0 on masked entries
-    pos = x >= 0
-    ones = xp.ones_like(x)
-    zeros = xp.zeros_like(x)
-    big_a = xp.where(pos, ones, e)
-    big_b = xp.where(pos, e, ones)
+    # (A, B) = (1, E) where x >= 0 and (E, 1) below (a side misread at |x| of an ulp changes E by
+    # an ulp); float masks and products, no where (see _step)
+    pos = 1 - _below(xp, x)
+    big_a = pos + e * (1 - pos)
+    big_b = e * pos + (1 - pos)
     for _ in range(SIGMOID_STEPS):
         u = xp.exp(delta - delta0)[:, None]
         ub = u * big_b
-        above = big_a >= ub  # p >= 1/2 (masked entries: 0 >= u is false)
+        above = 1 - _below(xp, big_a - ub)  # p >= 1/2 (masked entries: 0 - u < 0)
         w = xp.minimum(big_a, ub) / (big_a + ub)  # min(p, q); 0 on masked entries
         total = xp.sum(w, axis=1)
-        w_up = xp.sum(xp.where(above, w, zeros), axis=1)
-        res = (total - w_up) - w_up - (r.k - xp.sum(xp.astype(above, r.k.dtype), axis=1))
+        w_up = xp.sum(w * above, axis=1)
+        res = (total - w_up) - w_up - (r.k - xp.sum(above, axis=1))
         slope = total - xp.sum(w * w, axis=1)  # sum p q = sum w (1 - w)
         lo = xp.where(res > 0, delta, lo)
         hi = xp.where(res < 0, delta, hi)
@@ -441,15 +441,16 @@ def solve_cube(r: _Rows) -> tuple[Array, Array]:
     Newton on ``psi = (sum_F (z_i - lambda)^3)^{1/3} = (k - #sat)^{1/3}`` from the left end."""
     xp = r.xp
     ref, off, t_lo, free, sat, flat = _clipped_interval(r, 3)
-    zeros = xp.zeros_like(t_lo)
-    u = xp.where(free, t_lo, zeros)  # z_i - lo on the free entries, in [0, 1]
+    on = xp.astype(free, t_lo.dtype)
+    u = xp.where(free, t_lo, xp.zeros_like(t_lo))  # z_i - lo on the free entries, in [0, 1]
     need = r.k - xp.sum(xp.astype(sat, r.k.dtype), axis=1)
     target = xp.pow(xp.maximum(need, xp.zeros_like(need)), 1.0 / 3.0)
     delta = xp.zeros_like(r.k)
     for _ in range(CUBE_STEPS):
-        v = xp.where(free, u - delta[:, None], zeros)
-        s3 = xp.sum(v * v * v, axis=1)
-        s2 = xp.sum(v * v, axis=1)
+        v = (u - delta[:, None]) * on
+        v2 = v * v
+        s3 = xp.sum(v2 * v, axis=1)
+        s2 = xp.sum(v2, axis=1)
         psi = xp.pow(xp.maximum(s3, xp.zeros_like(s3)), 1.0 / 3.0)
         # no step once the cubes sum to the need exactly (a root on a breakpoint)
         ok = (s2 > 0) & (s3 > need)
