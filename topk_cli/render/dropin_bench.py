@@ -80,4 +80,11 @@ def render_dropin_bench(report: DropinBenchReport, fmt: OutputFormat, *, color: 
         f"bwd = fwd+bwd - fwd. numpy: topk_cli.evaluate and topk_cli.vjp on the same array in this run. "
         f"topk at ceil(k), backward through its values; softmax along the last axis."
     )
+    if any(t.forward_backward_ms is not None and t.forward_backward_ms < t.forward_ms
+           for t in (*(r.framework for r in report.results), report.topk, report.softmax)):
+        note.append(
+            " Where fwd+bwd is below fwd (bwd / fwd shown as 0), that is the timings' noise"
+            + (", or XLA leaving out a forward the gradient does not read (hard: its gradient with respect "
+               "to x is 0)." if report.framework == "jax" else ".")
+        )
     return renderables_to_text([dropin_bench_table(report), note], color=color)
