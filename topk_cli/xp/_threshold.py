@@ -468,10 +468,11 @@ SOLVERS: dict[str, Callable[[_Rows], tuple[Array, Array]]] = {
 }
 
 
-def _weights_exp(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
+def _weights_exp(xp: Any, t: Array, t_s: Array | None) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for ``f = min(1, e^t)``: ``w = d / max d`` (finite where every ``d`` underflows),
     one ``exp`` pass: ``d = w e^{max t}`` (the kink ``t = 0`` counts as saturated, ``d = 0``). The
     largest ``t < 0`` is read on ``t_s``, the sorted prefix (fewer than k entries saturate)."""
+    assert t_s is not None
     below = _below(xp, t)  # masked entries (t = -inf) too: d = p = 0 there
     top = xp.max(xp.where(t_s < 0, t_s, xp.full_like(t_s, -math.inf)), axis=1)
     top = xp.where(xp.isfinite(top), top, xp.zeros_like(top))
@@ -481,7 +482,7 @@ def _weights_exp(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
     return d + (1 - below), d, w
 
 
-def _weights_laplace(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
+def _weights_laplace(xp: Any, t: Array, t_s: Array | None) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for the Laplace CDF from one ``exp`` pass: ``w = e^{-(|t| - min |t|)}``,
     ``e^{-|t|} = w e^{-min |t|}``."""
     a = xp.abs(t)  # inf on masked entries: w = e = 0 there
@@ -492,7 +493,7 @@ def _weights_laplace(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array
     return half + (1 - _below(xp, t)) * (1 - e), half, w
 
 
-def _weights_sigmoid(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
+def _weights_sigmoid(xp: Any, t: Array, t_s: Array | None) -> tuple[Array, Array, Array]:
     """``(p, d, w)`` for the sigmoid from one ``exp`` pass, as :func:`_weights_laplace`:
     ``d = e / (1 + e)^2`` with ``e = e^{-|t|}``, ``w = d e^{min |t|}``."""
     a = xp.abs(t)  # inf on masked entries: v = e = 0 there
@@ -509,12 +510,12 @@ def _free_mask(xp: Any, t: Array) -> Array:
     return _step(xp, t) * _step(xp, 1 - t)
 
 
-def _weights_clip(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
+def _weights_clip(xp: Any, t: Array, t_s: Array | None) -> tuple[Array, Array, Array]:
     d = _free_mask(xp, t)
     return xp.clip(t, 0.0, 1.0), d, d
 
 
-def _weights_cube(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
+def _weights_cube(xp: Any, t: Array, t_s: Array | None) -> tuple[Array, Array, Array]:
     free = _free_mask(xp, t)
     c = xp.clip(t, 0.0, 1.0)
     v = c * free  # t on the free entries, 0 elsewhere
@@ -525,9 +526,9 @@ def _weights_cube(xp: Any, t: Array, t_s: Array) -> tuple[Array, Array, Array]:
 
 
 #: ``(p, d, w)`` of each method from ``t = z - lambda`` (``-inf`` masked) and ``t_s``, the same on the
-#: sorted prefix ``s``: the weights ``f(t)``, their derivatives ``f'(t)`` and ``w``, ``f'(t)`` up to a
+#: sorted prefix ``s`` (read by ``thre-exp`` only; ``None`` for the others): the weights ``f(t)``, their derivatives ``f'(t)`` and ``w``, ``f'(t)`` up to a
 #: positive factor per row, finite and not all 0 where the ``f'`` underflow (``w / sum w = dp/dk``).
-WEIGHTS: dict[str, Callable[[Any, Array, Array], tuple[Array, Array, Array]]] = {
+WEIGHTS: dict[str, Callable[[Any, Array, Array | None], tuple[Array, Array, Array]]] = {
     "thre-exp": _weights_exp,
     "thre-laplace": _weights_laplace,
     "thre-sigmoid": _weights_sigmoid,
@@ -559,7 +560,8 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     ref = xp.where(full, low, ref)
     shift = xp.where(full, xp.full_like(shift, big), shift)
     t = (z - ref[:, None]) + shift[:, None]  # -inf on masked entries
-    t_s = (r.s - ref[:, None]) + shift[:, None]
+    # t on the sorted prefix: thre-exp reads its largest negative value and its saturated count there
+    t_s = (r.s - ref[:, None]) + shift[:, None] if method == "thre-exp" else None
     p, d, w = WEIGHTS[method](xp, t, t_s)  # 0 on masked entries (t = -inf)
     full_f = xp.astype(full, z.dtype)[:, None]
     keep = 1 - full_f
@@ -568,6 +570,7 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
         # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule);
         # the saturated entries are the largest (fewer than k: all in s), so the group is the one
         # equal to s_{#sat - 1}
+        assert t_s is not None
         nsat = xp.sum(xp.astype(t_s >= 0, t.dtype), axis=1)
         kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
         least = take(xp, r.s, xp.clip(xp.astype(nsat, r.nfin.dtype) - 1, xp.zeros_like(r.nfin), r.last))
