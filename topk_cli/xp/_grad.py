@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from topk_cli.xp._common import Array, device
+from topk_cli.xp._common import Array, device, sort_descending
 
 #: Newton steps of the tilt (:func:`_tilt`) and the most each may move it.
 TILT_STEPS = 6
@@ -173,7 +173,7 @@ def _tilt(xp: Any, z: Array, k: int) -> tuple[Array, Array]:
     ``lambda`` clipped to the k-th and (k+1)-th largest entries: a centre within the row (``lambda``
     may lie ``log(n / k)`` outside it) for ``g_tau``."""
     n = z.shape[1]
-    s = xp.sort(z, axis=1, descending=True, stable=False)  # values only: stability buys nothing
+    s = sort_descending(xp, z)
     sk = s[:, k - 1]
     below = s[:, k] if k < n else xp.full_like(sk, -xp.inf)
     lam = xp.where(xp.isfinite(below), (sk + below) / 2, sk - 1.0)
