@@ -38,7 +38,7 @@ def _forward(x: jax.Array, k: jax.Array, tau: jax.Array, method: str, st_method:
              k_static: int, k_max: float) -> tuple[jax.Array, Any]:
     from topk_cli import xp
 
-    return xp.forward(x, k, tau, method, st_method=st_method or None, k_static=k_static or None, scan=jax.lax.scan,
+    return xp.forward(x, k, tau, method, st_method=st_method or None, k_static=k_static or None,
                       k_max=k_max or None)
 
 
@@ -46,7 +46,7 @@ def _backward(method: str, st_method: str, k_static: int, k_max: float, residual
               g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     from topk_cli import xp
 
-    gx, gk, gtau = xp.backward(method, tuple(residuals), g, st_method=st_method or None, scan=jax.lax.scan)
+    gx, gk, gtau = xp.backward(method, tuple(residuals), g, st_method=st_method or None)
     return gx, gk, gtau
 
 

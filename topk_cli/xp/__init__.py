@@ -14,7 +14,7 @@ Conventions: ``x`` may hold ``-inf`` (masked: weight exactly 0; ``k`` counts unm
 from __future__ import annotations
 
 from topk_cli.xp._common import Array, namespace, scaled
-from topk_cli.xp._grad import Scan, grad_backward, grad_forward
+from topk_cli.xp._grad import grad_backward, grad_forward
 from topk_cli.xp._hard import hard_backward, hard_forward
 from topk_cli.xp._threshold import SOLVERS, threshold_backward, threshold_forward
 
@@ -46,8 +46,7 @@ def _grad_k(k_static: int | None, n: int) -> int:
 
 
 def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | None = None,
-            k_static: int | None = None, scan: Scan | None = None,
-            k_max: float | None = None) -> tuple[Array, tuple[Array, ...]]:
+            k_static: int | None = None, k_max: float | None = None) -> tuple[Array, tuple[Array, ...]]:
     """``(p, residuals)`` of ``method`` on the rows of ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
 
     ``p`` has ``x``'s shape and dtype; ``residuals`` is a tuple of arrays, what :func:`backward`
@@ -56,10 +55,7 @@ def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | Non
 
     ``k_static`` (``grad`` only, required there): ``k`` as a Python ``int``, the same for every row
     (``k`` must hold that value; it is not read, so that nothing goes back to the host) and static
-    under ``jax.jit``: the dynamic program's shapes depend on it. ``scan`` (``grad`` only): the loop
-    driver of its ``n``-step sweeps, with the semantics of ``jax.lax.scan`` (pass ``jax.lax.scan``
-    under ``jax.jit``: the default Python loop unrolls ``n`` steps into the graph, whose compile
-    time then grows faster than ``n``); the default is a Python loop.
+    under ``jax.jit``: the program's shapes depend on it.
 
     ``k_max``: a Python number with ``k <= k_max`` on every row, known without reading ``k`` (the
     adapters pass a scalar ``k``). With it, ``hard``, ``thre-exp``, ``thre-laplace`` and
@@ -73,17 +69,17 @@ def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | Non
     if method == "hard":
         p, residuals = hard_forward(xp, z, fin, k, k_max)
         if st_method is not None:
-            _, residuals = forward(x, k, tau, st_method, k_static=k_static, scan=scan, k_max=k_max)
+            _, residuals = forward(x, k, tau, st_method, k_static=k_static, k_max=k_max)
         return p, residuals
     if method == "grad":
-        return grad_forward(xp, z, fin, _grad_k(k_static, x.shape[1]), tau, scan)
+        return grad_forward(xp, z, fin, _grad_k(k_static, x.shape[1]), tau)
     if method in SOLVERS:
         return threshold_forward(xp, method, z, fin, k, tau, k_max)
     raise NotImplementedError(f"method {method!r} is not implemented yet in the array-API core")
 
 
 def backward(method: str, residuals: tuple[Array, ...], g: Array, *,
-             st_method: str | None = None, scan: Scan | None = None) -> tuple[Array, Array, Array]:
+             st_method: str | None = None) -> tuple[Array, Array, Array]:
     """``(g_x, g_k, g_tau)``: the vector-Jacobian products of :func:`forward`'s ``p`` with the
     cotangent ``g`` (``(B, n)``) with respect to ``x`` (``(B, n)``), ``k`` and ``tau`` (``(B,)``).
 
@@ -93,8 +89,8 @@ def backward(method: str, residuals: tuple[Array, ...], g: Array, *,
     (straight-through: hard forward, soft backward).
 
     ``grad``: ``g_k`` is 0 (``k`` is an integer) and ``g_x``, ``g_tau`` are exact, by forward mode
-    through the dynamic program (the Jacobian is symmetric); its residuals carry ``k_static`` in a
-    shape, so :func:`backward` needs nothing more than ``scan`` (as :func:`forward`'s).
+    through the program (the Jacobian is symmetric); its residuals carry ``k_static`` in a shape,
+    so :func:`backward` needs nothing more.
     """
     _check_method(method, st_method)
     xp = namespace(g, *residuals)
@@ -102,7 +98,7 @@ def backward(method: str, residuals: tuple[Array, ...], g: Array, *,
     if name == "hard":
         return hard_backward(xp, residuals, g)
     if name == "grad":
-        return grad_backward(xp, residuals, g, scan)
+        return grad_backward(xp, residuals, g)
     if name in SOLVERS:
         return threshold_backward(xp, residuals, g)
     raise NotImplementedError(f"method {name!r} is not implemented yet in the array-API core")
