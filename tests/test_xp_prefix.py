@@ -125,3 +125,40 @@ def test_prefix_path_under_jax_jit() -> None:
             fwd = jax.jit(forward, static_argnums=3, static_argnames="k_max")
             p, _ = fwd(jnp.asarray(x), jnp.asarray(k), jnp.asarray(tau), method, k_max=k_max)
             np.testing.assert_allclose(np.asarray(p), api.soft_topk(x, k, method, tau=tau), rtol=0, atol=1e-12)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_jax_float64_selection_through_float32_keys() -> None:
+    """JAX float64 rows are selected on float32 keys, then checked; the cases cover both paths:
+    distinct keys (the float32 selection is exact), ties in float64 (any choice is right), and
+    float64 values that float32 cannot tell apart at the boundary (1e6 + j 1e-9: the float64
+    top-k is taken), masks and values beyond float32's range. Exact equality with numpy's sort."""
+    import array_api_compat
+    import jax
+
+    from topk_cli.xp._common import top_entries
+
+    with jax.enable_x64(True):
+        import jax.numpy as jnp
+
+        xj = array_api_compat.array_namespace(jnp.zeros(1))
+        rng = np.random.default_rng(1)
+        cases = {
+            "distinct": rng.standard_normal((20, 300)),
+            "float64 ties": np.round(rng.standard_normal((20, 300)), 1),
+            "float32 collapses": 1e6 + rng.integers(0, 3, (20, 300)) * 1e-9,
+            "masked": np.where(rng.random((20, 300)) < 0.97, -np.inf, rng.standard_normal((20, 300))),
+            "beyond float32": np.concatenate([rng.standard_normal((20, 5)), -1e300 * rng.random((20, 295))], axis=1),
+        }
+        collapsed = np.asarray(cases["float32 collapses"], dtype=np.float32)
+        assert np.all(collapsed == collapsed[:, :1])  # the fallback's case: one float32 key per row
+        checked = 0
+        for a in cases.values():
+            for m in (1, 7, 16):
+                values, idx = jax.jit(lambda x, m=m: top_entries(xj, x, m))(jnp.asarray(a))
+                values, idx = np.asarray(values), np.asarray(idx)
+                assert values.dtype == np.float64
+                np.testing.assert_array_equal(values, -np.sort(-a, axis=1)[:, :m])
+                np.testing.assert_array_equal(np.take_along_axis(a, idx, axis=1), values)
+                checked += 1
+        assert checked == 15
