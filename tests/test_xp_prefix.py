@@ -26,12 +26,14 @@ PREFIX_METHODS = ("hard", "thre-exp", "thre-laplace", "thre-sigmoid")
 EPS64 = float(np.finfo(np.float64).eps)
 
 
-def _cases(dtype: type) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
-    """``(x, k, tau, k_max)`` batches."""
+def _cases(dtype: type, lengths: tuple[int, ...] = (40, 203),
+           z_range: float | None = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
+    """``(x, k, tau, k_max)`` batches; ``tau`` scales each row to a range of ``z`` of ``z_range``
+    (default: the largest the dtype's tolerance allows)."""
     rng = np.random.default_rng(20261128)
-    z_max = 40.0 if dtype == np.float32 else 2000.0
+    z_max = z_range or (40.0 if dtype == np.float32 else 2000.0)
     out = []
-    for n in (40, 203):
+    for n in lengths:
         for k_max in (1.0, 2.5, 4.0, math.floor(n / 9) + 0.5):
             for offset in (0.0, 1e6):
                 rows, ks = [], []
@@ -70,15 +72,15 @@ def _np(a: Any) -> np.ndarray:
     return np.asarray(a.cpu() if hasattr(a, "cpu") else a, dtype=np.float64)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("ns", ["numpy", "torch"])
-@pytest.mark.parametrize("method", PREFIX_METHODS)
-def test_prefix_path_matches_the_numpy_engine(method: str, ns: str, dtype: type) -> None:
+def _check(method: str, ns: str, dtype: type,
+           cases: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]]) -> tuple[int, int]:
+    """Every batch through ``forward(..., k_max=...)`` against the numpy engine and the sorted path:
+    ``(batches where a partial selection ran, rows checked)``."""
     conv = _namespace(ns)
     tol_p, tol_v = (1e-12, 1e-12) if dtype == np.float64 else (2e-5, 1e-4)
     rng = np.random.default_rng(3)
     used = rows = 0
-    for x, k, tau, k_max in _cases(dtype):
+    for x, k, tau, k_max in cases:
         n = x.shape[1]
         size = math.ceil(k_max) if method == "hard" else prefix_size(method, k_max, n)
         used += size is not None and 4 * size <= n
@@ -100,7 +102,45 @@ def test_prefix_path_matches_the_numpy_engine(method: str, ns: str, dtype: type)
             bound = tol_v * scale + (own if name == "tau" else 0.0)
             assert np.all(err <= bound), (method, n, k_max, name, float(np.max(err)), scale)
         rows += x.shape[0]
+    return used, rows
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("ns", ["numpy", "torch"])
+@pytest.mark.parametrize("method", PREFIX_METHODS)
+def test_prefix_path_matches_the_numpy_engine(method: str, ns: str, dtype: type) -> None:
+    used, rows = _check(method, ns, dtype, _cases(dtype))
     assert used >= 10 and rows >= 150, (used, rows)  # the partial selection did run, on most batches
+
+
+def _complete(x: np.ndarray, k: np.ndarray, tau: np.ndarray, k_max: float, method: str) -> bool | None:
+    """Whether the clipped prefix holds every entry that matters on every row (``None``: no prefix)."""
+    import array_api_compat.numpy as xnp
+
+    from topk_cli.xp._common import scaled
+    from topk_cli.xp._threshold import _rows
+
+    size = prefix_size(method, k_max, x.shape[1])
+    if size is None:
+        return None
+    z, fin = scaled(xnp, x, tau)
+    complete = _rows(xnp, z, fin, k, size, clipped=True).complete
+    return bool(np.all(complete))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("ns", ["numpy", "torch"])
+@pytest.mark.parametrize("method", ["thre-clip", "thre-cube"])
+def test_clipped_prefix_and_its_fallback_match_the_numpy_engine(method: str, ns: str, dtype: type) -> None:
+    """thre-clip and thre-cube select 16 ceil(k_max) entries and use them where they hold every
+    entry within 1 of the ceil(k)-th largest (wide rows: the prefix), else sort (dense rows: the
+    fallback); both paths are checked, each on several batches, rows of 800."""
+    z_max = 40.0 if dtype == np.float32 else 2000.0
+    wide, dense = _cases(dtype, (800,), z_max), _cases(dtype, (800,), 3.0)
+    paths = [_complete(*case, method) for case in wide + dense]
+    assert paths.count(True) >= 4 and paths.count(False) >= 4, paths
+    used, rows = _check(method, ns, dtype, wide + dense)
+    assert used >= 8 and rows >= 150, (used, rows)
 
 
 def test_prefix_sizes() -> None:
@@ -108,7 +148,8 @@ def test_prefix_sizes() -> None:
     assert prefix_size("thre-laplace", 10, 1000) == prefix_size("thre-sigmoid", 10, 1000) == 22
     assert prefix_size("thre-laplace", 2.4999999, 1000) == 6
     assert prefix_size("thre-exp", 300, 1000) is None  # not cheaper than sorting
-    assert prefix_size("thre-clip", 1, 1000) is None and prefix_size("thre-cube", 1, 1000) is None
+    assert prefix_size("thre-clip", 1, 1000) == prefix_size("thre-cube", 1, 1000) == 16
+    assert prefix_size("thre-clip", 16, 1000) is None  # 256: a quarter of the row
     assert prefix_size("thre-exp", None, 1000) is None
 
 
@@ -120,11 +161,17 @@ def test_prefix_path_under_jax_jit() -> None:
 
     x, k, tau, k_max = _cases(np.float64)[-1]
     assert prefix_size("thre-laplace", k_max, x.shape[1]) is not None
+    wide, dense = _cases(np.float64, (800,))[2], _cases(np.float64, (800,), 3.0)[2]  # k_max = 2.5
+    assert _complete(*wide, "thre-clip") is True and _complete(*dense, "thre-clip") is False
     with jax.enable_x64(True):
-        for method in PREFIX_METHODS:
+        for method in (*PREFIX_METHODS, "thre-clip", "thre-cube"):
             fwd = jax.jit(forward, static_argnums=3, static_argnames="k_max")
             p, _ = fwd(jnp.asarray(x), jnp.asarray(k), jnp.asarray(tau), method, k_max=k_max)
             np.testing.assert_allclose(np.asarray(p), api.soft_topk(x, k, method, tau=tau), rtol=0, atol=1e-12)
+        for method in ("thre-clip", "thre-cube"):  # both branches of the lax.cond, traced and run
+            for xc, kc, tc, km in (wide, dense):
+                p, _ = fwd(jnp.asarray(xc), jnp.asarray(kc), jnp.asarray(tc), method, k_max=km)
+                np.testing.assert_allclose(np.asarray(p), api.soft_topk(xc, kc, method, tau=tc), rtol=0, atol=1e-12)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")

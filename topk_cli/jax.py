@@ -52,6 +52,15 @@ def _backward(method: str, st_method: str, k_static: int, k_max: float, residual
 
 _soft_topk_rows.defvjp(_forward, _backward)
 
+
+def _k_grid(k: float) -> float:
+    """The smallest of ``1, 1.5, 2, 3, 4, 6, 8, 12, ...`` (``2^j`` and ``1.5 2^j``) at least ``k``."""
+    power = 2.0 ** math.floor(math.log2(max(k, 1.0)))
+    for step in (power, 1.5 * power, 2 * power):
+        if step >= k:
+            return step
+    return 2 * power  # unreachable: 2^(floor(log2 k) + 1) > k
+
 #: Compiled once per shape, dtype and method: the engine is dozens of small array operations (a
 #: binary search, Newton steps) that JAX would otherwise dispatch one by one in eager mode.
 _soft_topk_jit = jax.jit(_soft_topk_rows, static_argnums=(3, 4, 5, 6))
@@ -151,8 +160,9 @@ def soft_topk(
         tau_rows = tau_given = _per_row(tau, "tau", x2, batch_shape)
     if not _tracing(x2, k_rows, tau_rows):
         common.check_values(jnp, x2, k_given, k_number, tau_given, batch_shape, k_method)
-    # a scalar k bounds every row: static, rounded up to a power of two (one compilation per octave
-    # of k, not per value); an array k is not read (it may be traced): rows are then sorted
-    k_max = float(2 ** math.ceil(math.log2(max(float(k_number), 1.0)))) if k_number is not None else 0.0
+    # a scalar k bounds every row: static, rounded up to the grid 1, 1.5, 2, 3, 4, 6, 8, 12, ... (one
+    # compilation per half octave of k, not per value; the partial selections stay within 1.5 k);
+    # an array k is not read (it may be traced): rows are then sorted
+    k_max = _k_grid(float(k_number)) if k_number is not None else 0.0
     p = _soft_topk_jit(x2, k_rows, tau_rows, name, st_method, k_static, k_max)
     return p.reshape(x.shape).astype(x.dtype)

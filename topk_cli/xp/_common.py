@@ -140,6 +140,25 @@ def _jax_top_float64(xp: Any, lax: Any, a: Array, m: int) -> tuple[Array, Array]
     return lax.cond(exact, selected, full)
 
 
+def decides_cheaply(xp: Any, a: Array) -> bool:
+    """Whether :func:`branch` on ``a``'s arrays costs no device synchronisation: under JAX it is
+    ``lax.cond`` (no value leaves the device), numpy and PyTorch on the CPU read one boolean; a
+    PyTorch tensor on an accelerator would wait for the device, so the callers take their
+    branch-free path there."""
+    if array_api_compat.is_torch_namespace(xp):
+        return bool(a.device.type == "cpu")
+    return True
+
+
+def branch(xp: Any, pred: Array, if_true: Callable[[], Any], if_false: Callable[[], Any]) -> Any:
+    """``if_true()`` if the 0-d boolean ``pred`` holds, else ``if_false()`` (both give arrays of the
+    same shapes): ``lax.cond`` under JAX (traceable by ``jax.jit``; both run under ``jax.vmap``),
+    else one boolean read on the host (see :func:`decides_cheaply`)."""
+    if array_api_compat.is_jax_namespace(xp):
+        return importlib.import_module("jax.lax").cond(pred, if_true, if_false)
+    return if_true() if bool(pred) else if_false()
+
+
 def set_entries(xp: Any, a: Array, idx: Array, values: Array) -> Array:
     """A copy of ``a`` (``(B, n)``) with ``a[b, idx[b]] = values[b]`` for every row ``b``."""
     import array_api_extra as xpx

@@ -34,7 +34,9 @@ from typing import Any
 
 from topk_cli.xp._common import (
     Array,
+    branch,
     count,
+    decides_cheaply,
     index_dtype,
     positions,
     search,
@@ -95,6 +97,17 @@ class _Rows:
     last: Array  # (B,) index dtype: min(#unmasked, M) - 1 (>= 0), the smallest unmasked entry of s
     k: Array  # (B,) float
     pos: Array  # (1, M) index positions
+    #: (B,) bool, for a clipped link's prefix: whether s holds every entry its threshold reads
+    #: (``None``: s always does)
+    complete: Array | None = None
+
+
+#: thre-clip and thre-cube: the partial selection's size, in multiples of ``ceil(k_max)`` (see
+#: :func:`prefix_size`).
+CLIPPED_PREFIX = 16
+
+#: The clipped links.
+CLIPPED = ("thre-clip", "thre-cube")
 
 
 def prefix_size(method: str, k_max: float | None, n: int) -> int | None:
@@ -106,7 +119,13 @@ def prefix_size(method: str, k_max: float | None, n: int) -> int | None:
     ``thre-laplace`` (and the start of ``thre-sigmoid``'s Newton, which then runs over every entry)
     an entry above the threshold weighs more than 1/2, so at most ``2k`` are, and
     ``G(s_j) >= (j + 1) / 2 > k + 1/2`` at ``j = floor(2k) + 1``: the branch is found among the first
-    ``floor(2k) + 2`` with a margin rounding cannot cross. The clipped links search all breakpoints.
+    ``floor(2k) + 2`` with a margin rounding cannot cross.
+
+    The clipped links' threshold lies in ``[s_{c-1} - 1, s_{c-1})`` (``c = ceil(k)``: the c largest
+    saturate at ``s_{c-1} - 1``, so ``G >= c >= k`` there), so an entry at most ``s_{c-1} - 1`` has
+    weight and derivative 0 and its breakpoints lie below the interval's: how many entries matter
+    depends on the values. They select :data:`CLIPPED_PREFIX` ``ceil(k_max)`` entries and the caller
+    checks that the prefix holds every entry that matters (:attr:`_Rows.complete`), else sorts.
     """
     if k_max is None:
         return None
@@ -114,19 +133,30 @@ def prefix_size(method: str, k_max: float | None, n: int) -> int | None:
         m = math.ceil(k_max)
     elif method in ("thre-laplace", "thre-sigmoid"):
         m = math.floor(2 * k_max) + 2
+    elif method in CLIPPED:
+        m = CLIPPED_PREFIX * math.ceil(k_max)
     else:
         return None
     # a partial selection of m is cheaper than a full sort while m is a small part of the row
     return m if 4 * m <= n else None
 
 
-def _rows(xp: Any, z: Array, fin: Array, k: Array, prefix: int | None = None) -> _Rows:
+def _rows(xp: Any, z: Array, fin: Array, k: Array, prefix: int | None = None, clipped: bool = False) -> _Rows:
     idx = index_dtype(xp, z)
     n = z.shape[1]
     nfin = count(xp, fin, idx)
+    complete = None
     if prefix is None or prefix >= n:
         s = sort_descending(xp, z)
         tail = xp.zeros_like(z[:, 0])
+    elif clipped:
+        s, _ = top_entries(xp, z, prefix)
+        tail = xp.zeros_like(z[:, 0])
+        # every entry that matters is in s: the row has at most M unmasked entries, or
+        # s_{M-1} < s_{c-1} - 1 (see prefix_size)
+        c = xp.clip(xp.astype(xp.ceil(k), idx) - 1, 0, prefix - 1)
+        complete = (nfin <= prefix) | (s[:, -1] < take(xp, s, c) - 1)
+        nfin = xp.minimum(nfin, xp.full_like(nfin, prefix))  # the breakpoints searched: those in s
     else:
         s, _ = top_entries(xp, z, prefix)
         held = xp.isfinite(s[:, -1])  # else the row has fewer than M unmasked entries, all in s: tail 0
@@ -144,7 +174,7 @@ def _rows(xp: Any, z: Array, fin: Array, k: Array, prefix: int | None = None) ->
         tail = xp.where(held, tail, xp.zeros_like(tail))
     m = s.shape[1]
     last = xp.clip(xp.minimum(nfin, xp.full_like(nfin, m)) - 1, 0, m - 1)
-    return _Rows(xp, z, fin, s, tail, nfin, last, k, positions(xp, z, m))
+    return _Rows(xp, z, fin, s, tail, nfin, last, k, positions(xp, z, m), complete)
 
 
 def _tail_at(r: _Rows, ref: Array) -> Array:
@@ -551,8 +581,15 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     per-row cases are blended with float masks (``a + m (b - a)``, every term finite).
     """
     full_mode = FULL[method]
-    r = _rows(xp, z, fin, k, prefix_size(method, k_max, z.shape[1]))
-    ref, shift = SOLVERS[method](r)
+    prefix = prefix_size(method, k_max, z.shape[1])
+    if method in CLIPPED and not decides_cheaply(xp, z):
+        prefix = None
+    r = _rows(xp, z, fin, k, prefix, method in CLIPPED)
+    if r.complete is None:
+        ref, shift = SOLVERS[method](r)
+    else:  # the prefix, where it holds every entry that matters on every row; else the sorted rows
+        ref, shift = branch(xp, xp.all(r.complete), lambda: SOLVERS[method](r),
+                            lambda: SOLVERS[method](_rows(xp, z, fin, k)))
     full = _full_rows(r)
     # the smallest unmasked entry, read on rows with k = #unmasked (all of them are in s there)
     low = take(xp, r.s, r.last)
