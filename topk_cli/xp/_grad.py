@@ -118,12 +118,12 @@ def _width(level: int, k: int) -> int:
 def _even(xp: Any, a: Array, one: bool) -> Array:
     """``a`` (``(c, B, M)``) with an identity node (``[1, 0, ...]``, or 0 for a tangent) appended
     when ``M`` is odd."""
-    if a.shape[2] % 2 == 0:
+    if a.shape[1] % 2 == 0:
         return a
-    pad = xp.zeros((a.shape[0], a.shape[1], 1), dtype=a.dtype, device=device(a))
+    pad = xp.zeros((a.shape[0], 1, a.shape[2]), dtype=a.dtype, device=device(a))
     if one:
         pad = xp.concat([xp.ones_like(pad[:1, ...]), pad[1:, ...]], axis=0)
-    return xp.concat([a, pad], axis=2)
+    return xp.concat([a, pad], axis=1)
 
 
 def _halves(xp: Any, a: Array | None) -> tuple[Array | None, Array | None]:
@@ -131,8 +131,8 @@ def _halves(xp: Any, a: Array | None) -> tuple[Array | None, Array | None]:
     halves are contiguous blocks)."""
     if a is None:
         return None, None
-    half = a.shape[2] // 2
-    return a[:, :, :half], a[:, :, half:]
+    half = a.shape[1] // 2
+    return a[:, :half, :], a[:, half:, :]
 
 
 def _tree(xp: Any, pi: Array, q: Array, k: int,
@@ -148,10 +148,15 @@ def _tree(xp: Any, pi: Array, q: Array, k: int,
     polynomial products, O(n k) work per row in all and O(log n) sequential steps, where an
     entry-by-entry program takes ``n``.
     """
-    cur = xp.stack([q, pi], axis=0)  # (2, B, n): coefficients 0 and 1 of every leaf
-    dcur = xp.stack([-dpi, dpi], axis=0) if dpi is not None else None
+    # (2, n, B): coefficients 0 and 1 of every leaf, the rows innermost (every operation then runs
+    # over whole rows of B, however few nodes a level has)
+    cur = xp.stack([xp.permute_dims(q, (1, 0)), xp.permute_dims(pi, (1, 0))], axis=0)
+    dcur = None
+    if dpi is not None:
+        dpi_t = xp.permute_dims(dpi, (1, 0))
+        dcur = xp.stack([-dpi_t, dpi_t], axis=0)
     ups: list[tuple[Array, Array | None]] = []
-    while cur.shape[2] > 1:
+    while cur.shape[1] > 1:
         cur = _even(xp, cur, True)
         dcur = _even(xp, dcur, False) if dcur is not None else None
         ups.append((cur, dcur))
@@ -164,21 +169,22 @@ def _tree(xp: Any, pi: Array, q: Array, k: int,
     dout = xp.zeros_like(out) if dcur is not None else None
     for below in range(len(ups) - 1, -1, -1):
         nodes, dnodes = ups[below]
-        half = nodes.shape[2] // 2
-        out = out[:, :, :half]  # the level above's own nodes (an identity node appended to pair them is left out)
-        dout = dout[:, :, :half] if dout is not None else None
+        half = nodes.shape[1] // 2
+        out = out[:, :half, :]  # the level above's own nodes (an identity node appended to pair them is left out)
+        dout = dout[:, :half, :] if dout is not None else None
         (left, right), (dleft, dright) = _halves(xp, nodes), _halves(xp, dnodes)
         assert left is not None and right is not None
         w, child = out.shape[0], _width(below, k)
         # node i's sibling is node i + M/2 and back; both halves' parent is the node above them
         first, dfirst = _product(xp, out, k - w + 1, right, k - child + 1, k + 1, dout, dright)
         second, dsecond = _product(xp, out, k - w + 1, left, k - child + 1, k + 1, dout, dleft)
-        out = xp.concat([first, second], axis=2)
-        dout = xp.concat([dfirst, dsecond], axis=2) if dfirst is not None and dsecond is not None else None
+        out = xp.concat([first, second], axis=1)
+        dout = xp.concat([dfirst, dsecond], axis=1) if dfirst is not None and dsecond is not None else None
     n = pi.shape[1]
+    a, c = xp.permute_dims(out[0, :n, :], (1, 0)), xp.permute_dims(out[1, :n, :], (1, 0))
     if dout is None:
-        return out[0, :, :n], out[1, :, :n], None, None
-    return out[0, :, :n], out[1, :, :n], dout[0, :, :n], dout[1, :, :n]
+        return a, c, None, None
+    return a, c, xp.permute_dims(dout[0, :n, :], (1, 0)), xp.permute_dims(dout[1, :n, :], (1, 0))
 
 
 def _draws(xp: Any, t: Array) -> tuple[Array, Array]:
