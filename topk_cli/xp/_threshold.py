@@ -339,7 +339,9 @@ def solve_laplace(r: _Rows) -> tuple[Array, Array]:
 #: Newton steps of ``thre-sigmoid`` from the ``thre-laplace`` threshold (within ``log 2`` of the
 #: root): quadratic convergence reaches float64's resolution in 5 on the adversarial suite of
 #: tests/test_xp_core.py (4 leave 2e-10); one more is a margin (a converged step changes nothing).
+#: In float32 4 (2e-10 is far below its resolution, 6e-8).
 SIGMOID_STEPS = 6
+SIGMOID_STEPS_FLOAT32 = 4
 #: Newton steps of ``thre-cube`` on its interval, from the left end, on the convex
 #: ``(sum_F (z_i - lambda)^3)^{1/3}``: monotone, exact in one step when the free entries tie.
 CUBE_STEPS = 12
@@ -358,7 +360,7 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     One exp pass for the whole solve (as the numpy engine): with ``x = z - lambda_F`` and
     ``E = e^{-|x|}``, an entry is ``(A, B) = (1, E)`` where ``x >= 0`` and ``(E, 1)`` below, and at
     ``lambda = lambda_F + delta`` (``u = e^delta``) ``min(p, q) = min(A, u B) / (A + u B)``, ``p >= 1/2``
-    where ``A >= u B``: every step costs products and divisions of numbers in ``[0, 2]``.
+    where ``A >= u B`` (``x >= delta``): every step costs products and divisions of numbers in ``[0, 2]``.
     """
     xp = r.xp
     ref, shift = solve_laplace(r)
@@ -373,10 +375,13 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     pos = 1 - _below(xp, x)
     big_a = pos + e * (1 - pos)
     big_b = e * pos + (1 - pos)
-    for _ in range(SIGMOID_STEPS):
+    steps = SIGMOID_STEPS if x.dtype == xp.float64 else SIGMOID_STEPS_FLOAT32
+    for _ in range(steps):
         u = xp.exp(delta - delta0)[:, None]
         ub = u * big_b
-        above = 1 - _below(xp, big_a - ub)  # p >= 1/2 (masked entries: 0 - u < 0)
+        # p >= 1/2, i.e. A >= u B, is x >= delta - delta0 (to rounding, where w is 1/2 either way and
+        # the side it is counted on changes nothing): one comparison with a per-row value
+        above = xp.astype(x >= (delta - delta0)[:, None], x.dtype)  # masked entries: -inf, below
         w = xp.minimum(big_a, ub) / (big_a + ub)  # min(p, q); 0 on masked entries
         total = xp.sum(w, axis=1)
         w_up = xp.sum(w * above, axis=1)
