@@ -2,8 +2,10 @@
 
 :func:`forward` and :func:`backward` take ``(B, n)`` arrays of any array-API namespace (numpy through
 ``array_api_compat.numpy``, PyTorch, ``jax.numpy``) in float32 or float64, compute on the input's
-device in its dtype, and never read a value back to the host, so they run under ``jax.jit`` and on
-accelerators. The adapters (``topk_cli.frameworks``) validate and shape the inputs (last axis, batch
+device in its dtype, and never read a value back from an accelerator, so they run under ``jax.jit``
+and on accelerators (the one data-dependent choice, whether ``thre-clip``'s and ``thre-cube``'s
+partial selection holds their threshold's support, is ``lax.cond`` under JAX and one boolean read on
+the CPU; on an accelerator PyTorch sorts instead). The adapters (``topk_cli.frameworks``) validate and shape the inputs (last axis, batch
 flattened to B rows) and wire :func:`backward` into their autodiff; these functions do maths only.
 The numpy engine (``topk_cli.operators``) stays the reference they are tested against.
 

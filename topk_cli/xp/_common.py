@@ -1,9 +1,10 @@
 """Shared helpers of the array-API core: namespaces, gathers, counts, the breakpoint search.
 
 Everything here takes a namespace ``xp`` (from :func:`array_api_compat.array_namespace`) and
-arrays of that namespace; nothing converts to numpy or reads a value back to the host, so the
-same code runs on numpy, PyTorch and ``jax.numpy`` arrays (also under ``jax.jit``: loops run a
-count fixed by the shapes).
+arrays of that namespace; nothing converts to numpy or reads a value back from an accelerator
+(:func:`branch` is ``lax.cond`` under JAX, a host read on the CPU only), so the same code runs on
+numpy, PyTorch and ``jax.numpy`` arrays (also under ``jax.jit``: loops run a count fixed by the
+shapes).
 """
 
 from __future__ import annotations
