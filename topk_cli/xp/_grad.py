@@ -41,12 +41,12 @@ TILT_MOVE = 4.0
 
 
 def _zeros_rows(xp: Any, like: Array, count: int) -> Array:
-    """``count`` coefficients of 0 shaped as ``like``'s (``(count, B, M)``)."""
+    """``count`` coefficients of 0 shaped as ``like``'s (``(count, M, B)``)."""
     return xp.zeros((count, *like.shape[1:]), dtype=like.dtype, device=device(like))
 
 
 def _span(xp: Any, a: Array, a_lo: int, lo: int, length: int) -> Array:
-    """Coefficients ``lo .. lo + length - 1`` of a polynomial of which ``a`` (``(la, B, M)``) holds
+    """Coefficients ``lo .. lo + length - 1`` of a polynomial of which ``a`` (``(la, M, B)``) holds
     coefficients ``a_lo .. a_lo + la - 1`` (the others are 0)."""
     la = a.shape[0]
     first, stop = max(lo, a_lo), min(lo + length, a_lo + la)
@@ -71,9 +71,9 @@ BLOCK = 1 << 22
 def _product(xp: Any, a: Array, a_lo: int, b: Array, lo: int, hi: int,
              da: Array | None = None, db: Array | None = None) -> tuple[Array, Array | None]:
     """Coefficients ``lo .. hi - 1`` of ``A B`` (and of its tangent ``dA B + A dB`` when ``da``, ``db``
-    are given), node by node: ``a`` (``(la, B, M)``: coefficient-major, so that every operation
-    reads whole ``(B, M)`` blocks) holds coefficients ``a_lo ..`` of ``A`` (the others 0), ``b``
-    (``(lb, B, M)``) coefficients ``0 .. lb - 1`` of ``B``: ``(AB)_{lo + w} = sum_j A_{lo + w - j} B_j``.
+    are given), node by node: ``a`` (``(la, M, B)``: coefficient-major, so that every operation
+    reads whole ``(M, B)`` blocks) holds coefficients ``a_lo ..`` of ``A`` (the others 0), ``b``
+    (``(lb, M, B)``) coefficients ``0 .. lb - 1`` of ``B``: ``(AB)_{lo + w} = sum_j A_{lo + w - j} B_j``.
     For probability tables every term is a product of nonnegative numbers (no cancellation)."""
     lb = b.shape[0]
     width = hi - lo
@@ -116,7 +116,7 @@ def _width(level: int, k: int) -> int:
 
 
 def _even(xp: Any, a: Array, one: bool) -> Array:
-    """``a`` (``(c, B, M)``) with an identity node (``[1, 0, ...]``, or 0 for a tangent) appended
+    """``a`` (``(c, M, B)``) with an identity node (``[1, 0, ...]``, or 0 for a tangent) appended
     when ``M`` is odd."""
     if a.shape[1] % 2 == 0:
         return a

@@ -162,16 +162,15 @@ def _rows(xp: Any, z: Array, fin: Array, k: Array, prefix: int | None = None, cl
         held = xp.isfinite(s[:, -1])  # else the row has fewer than M unmasked entries, all in s: tail 0
         low = xp.where(held, s[:, -1], xp.zeros_like(s[:, -1]))
         # the left-out entries: those below s_{M-1}, and the entries equal to it that the selection
-        # left out (a tie at the M-th value), each e^0 = 1. Counted with masks rather than by writing
+        # left out (a tie at the M-th value), each e^0 = 1. Every entry above s_{M-1} is in s, so
+        # sum_i e^{min(z_i - s_{M-1}, 0)} over the whole row is M plus the left-out entries' sum:
+        # one exp pass and no mask (the difference carries an absolute rounding of about M eps,
+        # against terms that are compared with 1 or added to sums of at least 1). Not by writing
         # -inf over the selected positions: XLA on CPU fuses such a scatter into the exp pass and
-        # runs it thirty times slower. The masks compare z with s_{M-1} (not the sign of z - s_{M-1}:
-        # XLA recomputes z inside the fused pass and may contract (x - max) / tau - s into one
-        # fused multiply-add, nonzero at the tied entries).
-        lowc = low[:, None]
-        below = xp.astype(z < lowc, z.dtype)
-        ties = xp.sum(xp.astype(z == lowc, z.dtype), axis=1) - xp.sum(xp.astype(s == lowc, z.dtype), axis=1)
-        tail = xp.sum(xp.exp(xp.minimum(z - lowc, 0.0)) * below, axis=1) + ties
-        tail = xp.where(held, tail, xp.zeros_like(tail))
+        # runs it thirty times slower. (Under XLA a tied entry's z - s_{M-1} may come out of a
+        # fused multiply-add as -1 ulp instead of 0: its term is then 1 - 1 ulp, a rounding.)
+        total = xp.sum(xp.exp(xp.minimum(z - low[:, None], 0.0)), axis=1)
+        tail = xp.where(held, xp.maximum(total - float(prefix), xp.zeros_like(total)), xp.zeros_like(total))
     m = s.shape[1]
     last = xp.clip(xp.minimum(nfin, xp.full_like(nfin, m)) - 1, 0, m - 1)
     return _Rows(xp, z, fin, s, tail, nfin, last, k, positions(xp, z, m), complete)
@@ -574,15 +573,14 @@ WEIGHTS: dict[str, Callable[[Any, Array, Array | None], tuple[Array, Array, Arra
 
 def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
                       tau: Array, k_max: float | None = None) -> tuple[Array, tuple[Array, ...]]:
-    """``p`` and the residuals ``(d, w, t0, tau)`` of a threshold method (see the module doc;
-    ``t0 = z - lambda`` less its ``f'``-weighted mean, 0 on masked entries and on rows with every
-    weight 1). ``k_max``: a bound on every row's ``k`` known without reading ``k`` (see
+    """``p`` and the residuals ``(d, w, t, tau)`` of a threshold method (see the module doc;
+    ``t = z - lambda``, ``-inf`` on masked entries). ``k_max``: a bound on every row's ``k`` known without reading ``k`` (see
     :func:`prefix_size`), else ``None``.
 
     Rows with ``k = #unmasked`` (every weight 1) are computed at ``t = (z - low) + S`` (``low`` the
     smallest unmasked entry, ``S = 2 - log(eps)``): every link gives ``p = 1`` there to rounding,
     and for the ``softmin`` links ``w`` is the limit of ``dp/dk`` (``|t| - min |t| = z - low``); their
-    ``d`` and ``t0`` are set to 0 and the ``lowest`` links' ``w`` to the smallest entries. The few
+    ``d`` is set to 0 and the ``lowest`` links' ``w`` to the smallest entries. The few
     per-row cases are blended with float masks (``a + m (b - a)``, every term finite).
     """
     full_mode = FULL[method]
@@ -623,19 +621,12 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     total = xp.sum(w, axis=1)
     w = w * (1 / xp.where(total > 0, total, xp.ones_like(total)))[:, None]  # w = 0 where total = 0
     d = d * keep
-    # g_tau = -(g_z . z) / tau, and g_z sums to 0, so any c may replace z by z - c. The rounding e
-    # of the mean w . g in g_z = d (g - w . g) is common to every entry: it adds e sum d_i (z_i - c)
-    # to g_z . (z - c), which vanishes at c = the d-weighted mean of z (with z - lambda = t in place
-    # of z, the terms near the threshold stay O(1) and far entries, whose d is tiny, do not cancel)
-    on = xp.astype(fin, t.dtype) * keep
-    t0 = xp.maximum(t, -xp.finfo(t.dtype).max) * on  # masked: a finite value times 0
-    t0 = (t0 - xp.sum(w * t0, axis=1)[:, None]) * on
-    return p, (d, w, t0, tau)
+    return p, (d, w, t, tau)
 
 
 def threshold_backward(xp: Any, residuals: tuple[Array, ...], g: Array) -> tuple[Array, Array, Array]:
     """``(g_x, g_k, g_tau)`` from the residuals of :func:`threshold_forward`."""
-    d, w, t0, tau = residuals
+    d, w, t, tau = residuals
     gk = xp.sum(w * g, axis=1)
     gz = d * (g - gk[:, None])
     # at the entry of largest w, g_i - gk is the small difference of nearly equal numbers when w_i is
@@ -647,5 +638,13 @@ def threshold_backward(xp: Any, residuals: tuple[Array, ...], g: Array) -> tuple
     exact = take(xp, d, top) * (g_top * xp.sum(others, axis=1) - xp.sum(others * g, axis=1))
     gz = set_entries(xp, gz, top, exact)
     gx = gz / tau[:, None]
+    # g_tau = -(g_z . z) / tau, and g_z sums to 0, so any c may replace z by z - c. The rounding e
+    # of the mean w . g in g_z = d (g - w . g) is common to every entry: it adds e sum d_i (z_i - c)
+    # to g_z . (z - c), which vanishes at c = the d-weighted mean of z (with z - lambda = t in place
+    # of z, the terms near the threshold stay O(1) and far entries, whose d is tiny, do not cancel).
+    # Masked entries (t = -inf, d = w = 0) and rows with every weight 1 (d = 0) add nothing: t is
+    # clamped to a finite value there.
+    t0 = xp.maximum(t, -xp.finfo(t.dtype).max)
+    t0 = t0 - xp.sum(w * t0, axis=1)[:, None]
     gtau = -xp.sum(gz * t0, axis=1) / tau
     return gx, gk, gtau
