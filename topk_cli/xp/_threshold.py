@@ -605,6 +605,13 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     p, d, w = WEIGHTS[method](xp, t, t_s)  # 0 on masked entries (t = -inf)
     full_f = xp.astype(full, z.dtype)[:, None]
     keep = 1 - full_f
+    cheap = decides_cheaply(xp, z)
+
+    def rare(rows: Array, amend: Callable[[], Array], current: Array) -> Array:
+        """``amend()``, a correction that only some rows need (``rows``), skipped where no row does
+        (every pass over the batch counts; see :func:`branch`)."""
+        return branch(xp, xp.any(rows), amend, lambda: current) if cheap else amend()
+
     if method == "thre-exp":
         # an integer k whose threshold rounded onto an entry (the mass below the k largest under
         # the smallest float): the group at the threshold carries dp/dk (the numpy engine's rule);
@@ -614,13 +621,17 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
         nsat = xp.sum(xp.astype(t_s >= 0, t.dtype), axis=1)
         kink = (r.k == xp.floor(r.k)) & (nsat == r.k) & ~full
         least = take(xp, r.s, xp.clip(xp.astype(nsat, r.nfin.dtype) - 1, xp.zeros_like(r.nfin), r.last))
-        group = xp.astype(z == least[:, None], t.dtype)  # d = 0 there (saturated)
-        w = w + xp.astype(kink, t.dtype)[:, None] * ((d + group) - w)
+
+        def at_kink() -> Array:
+            group = xp.astype(z == least[:, None], t.dtype)  # d = 0 there (saturated)
+            return w + xp.astype(kink, t.dtype)[:, None] * ((d + group) - w)
+
+        w = rare(kink, at_kink, w)
     if full_mode == "lowest":
-        w = w * keep + full_f * xp.astype(z == low[:, None], t.dtype)
+        w = rare(full, lambda: w * keep + full_f * xp.astype(z == low[:, None], t.dtype), w)
     total = xp.sum(w, axis=1)
     w = w * (1 / xp.where(total > 0, total, xp.ones_like(total)))[:, None]  # w = 0 where total = 0
-    d = d * keep
+    d = rare(full, lambda: d * keep, d)
     return p, (d, w, t, tau)
 
 
