@@ -227,12 +227,6 @@ def _total(xp: Any, pi: Array, q: Array, a: Array, c: Array) -> Array:
     return xp.where(total > 0, total, xp.ones_like(total))
 
 
-def _marginals(xp: Any, pi: Array, q: Array, a: Array, c: Array) -> tuple[Array, Array]:
-    """``(p, 1 - p)``: ``p_t = pi_t A_t / D`` and ``1 - p_t = q_t C_t / D``, each relatively accurate."""
-    inv = 1 / _total(xp, pi, q, a, c)
-    return pi * a * inv, q * c * inv
-
-
 def grad_forward(xp: Any, z: Array, fin: Array, k: int, tau: Array) -> tuple[Array, tuple[Array, ...]]:
     """``(p, (z, tau, lam, c))``: GradTopK weights of ``z = (x - max x) / tau`` and what
     :func:`grad_backward` needs: the tilt ``lam`` and the centre ``c`` (:func:`_tilt`), the latter
@@ -241,7 +235,7 @@ def grad_forward(xp: Any, z: Array, fin: Array, k: int, tau: Array) -> tuple[Arr
     t = z - lam[:, None]
     pi, q = _draws(xp, t)  # 0 and 1 on masked entries
     a, c_, _, _ = _tree(xp, pi, q, k)
-    p, _ = _marginals(xp, pi, q, a, c_)
+    p = pi * a / _total(xp, pi, q, a, c_)  # relatively accurate; 1 - p = q C / D likewise
     return p, (z, tau, lam, xp.broadcast_to(c[:, None], (z.shape[0], k)))
 
 
@@ -251,26 +245,26 @@ def grad_backward(xp: Any, residuals: tuple[Array, ...], g: Array) -> tuple[Arra
     between the k-th and (k+1)-th largest entries, changes nothing but the rounding: no
     cancellation against far entries).
 
-    With ``D = pi_t A_t + q_t C_t`` (the same for every ``t``), ``p_t = pi_t A_t / D`` and
-    ``1 - p_t = q_t C_t / D``; along ``dz = g`` (the tilt held fixed: ``p`` does not depend on
-    it), ``dpi = pi q g`` and ``dp_t = ((1 - p_t)(dpi_t A_t + pi_t dA_t) - p_t (dq_t C_t + q_t dC_t)) / D``:
-    each side relatively accurate, so a saturated ``p_t`` keeps the digits of its derivative."""
+    With ``D = pi_t A_t + q_t C_t`` (the same for every ``t``), ``p_t = pi_t A_t / D``; along
+    ``dz = g`` (the tilt held fixed: ``p`` does not depend on it) ``dpi = pi q dz = -dq``, and
+    ``dp_t = ((1 - p_t)(dpi_t A_t + pi_t dA_t) - p_t (dq_t C_t + q_t dC_t)) / D``, which with
+    ``1 - p_t = q_t C_t / D`` and ``pi_t + q_t = 1`` is ``pi_t q_t (A_t C_t dz_t + C_t dA_t - A_t dC_t) / D^2``:
+    a saturated ``p_t`` (``pi_t`` or ``q_t`` tiny) keeps the digits of its derivative."""
     z, tau, lam, cs = residuals
     k = cs.shape[1]
-    fin = xp.isfinite(z)
-    zero = xp.zeros_like(z)
     t = z - lam[:, None]
-    pi, q = _draws(xp, t)
-    gz = xp.where(fin, g, zero)
+    pi, q = _draws(xp, t)  # 0 and 1 on masked entries: no draw, no tangent
+    gz = xp.where(xp.isfinite(z), g, xp.zeros_like(g))
     # J 1 = 0 (a shift of z changes nothing): the tangent along g less its pi q-weighted mean is the
     # same, and its table tangents, sums of terms of both signs, are smaller (less cancellation)
     var = pi * q
     spread = xp.sum(var, axis=1)
     mean = xp.sum(var * gz, axis=1) / xp.where(spread > 0, spread, xp.ones_like(spread))  # 0 on a hard row
-    dz = xp.where(fin, gz - mean[:, None], zero)
+    dz = gz - mean[:, None]
     a, c, da, dc = _tree(xp, pi, q, k, var * dz)
     assert da is not None and dc is not None
-    p, p_out = _marginals(xp, pi, q, a, c)
-    dp = (p_out * pi * (q * dz * a + da) + p * q * (pi * dz * c - dc)) / _total(xp, pi, q, a, c)
-    g_tau = -xp.sum(dp * xp.where(fin, z - cs[:, :1], zero), axis=1) / tau
+    total = _total(xp, pi, q, a, c)
+    dp = var * ((a * c) * dz + (c * da - a * dc)) / (total * total)
+    # masked entries: dp = 0 times a finite stand-in for z - c = -inf
+    g_tau = -xp.sum(dp * xp.maximum(z - cs[:, :1], -xp.finfo(z.dtype).max), axis=1) / tau
     return dp / tau[:, None], xp.zeros_like(g_tau), g_tau
