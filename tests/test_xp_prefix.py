@@ -1,8 +1,8 @@
 """The array-API core's partial-selection path (``forward(..., k_max=...)``) against the numpy engine.
 
 With a bound ``k_max`` on every row's k (the drop-ins pass a scalar k), ``hard``, ``thre-exp``,
-``thre-laplace`` and ``thre-sigmoid`` read only the ``ceil(k_max)`` (``floor(2 k_max) + 2``) largest
-entries of a row individually and the rest through ``sum e^{z_i}``. These cases aim at what that
+``thre-laplace`` and ``thre-sigmoid`` read only the ``ceil(k_max)`` (``floor(2 k_max) + 2``,
+``floor(4 k_max) + 2``) largest entries of a row individually and the rest through ``sum e^{z_i}``. These cases aim at what that
 could get wrong: rows much longer than the prefix, spreads where the left-out mass underflows or
 dominates, offsets of 1e6, ties at the prefix's last entry (the selection among them is arbitrary),
 rows with fewer unmasked entries than the prefix, ``k = #unmasked``, ``k`` per row below the bound,
@@ -109,7 +109,10 @@ def _check(method: str, ns: str, dtype: type,
 @pytest.mark.parametrize("ns", ["numpy", "torch"])
 @pytest.mark.parametrize("method", PREFIX_METHODS)
 def test_prefix_path_matches_the_numpy_engine(method: str, ns: str, dtype: type) -> None:
-    used, rows = _check(method, ns, dtype, _cases(dtype))
+    # thre-sigmoid's prefix (floor(4 k_max) + 2) is a quarter of fewer of the short rows: rows of
+    # 800 keep its partial selection running on as many batches as the others'
+    cases = _cases(dtype) + (_cases(dtype, (800,)) if method == "thre-sigmoid" else [])
+    used, rows = _check(method, ns, dtype, cases)
     assert used >= 10 and rows >= 150, (used, rows)  # the partial selection did run, on most batches
 
 
@@ -145,7 +148,8 @@ def test_clipped_prefix_and_its_fallback_match_the_numpy_engine(method: str, ns:
 
 def test_prefix_sizes() -> None:
     assert prefix_size("thre-exp", 10, 1000) == 10
-    assert prefix_size("thre-laplace", 10, 1000) == prefix_size("thre-sigmoid", 10, 1000) == 22
+    assert prefix_size("thre-laplace", 10, 1000) == 22
+    assert prefix_size("thre-sigmoid", 10, 1000) == 42  # the Newton's trial thresholds reach 4k entries
     assert prefix_size("thre-laplace", 2.4999999, 1000) == 6
     assert prefix_size("thre-exp", 300, 1000) is None  # not cheaper than sorting
     assert prefix_size("thre-clip", 1, 1000) == prefix_size("thre-cube", 1, 1000) == 16

@@ -119,7 +119,8 @@ def prefix_size(method: str, k_max: float | None, n: int) -> int | None:
     ``thre-laplace`` (and the start of ``thre-sigmoid``'s Newton, which then runs over every entry)
     an entry above the threshold weighs more than 1/2, so at most ``2k`` are, and
     ``G(s_j) >= (j + 1) / 2 > k + 1/2`` at ``j = floor(2k) + 1``: the branch is found among the first
-    ``floor(2k) + 2`` with a margin rounding cannot cross.
+    ``floor(2k) + 2`` with a margin rounding cannot cross. ``thre-sigmoid`` takes ``floor(4k) + 2``:
+    its Newton sums the entries above each trial threshold on the prefix (see :func:`solve_sigmoid`).
 
     The clipped links' threshold lies in ``[s_{c-1} - 1, s_{c-1})`` (``c = ceil(k)``: the c largest
     saturate at ``s_{c-1} - 1``, so ``G >= c >= k`` there), so an entry at most ``s_{c-1} - 1`` has
@@ -131,8 +132,12 @@ def prefix_size(method: str, k_max: float | None, n: int) -> int | None:
         return None
     if method == "thre-exp":
         m = math.ceil(k_max)
-    elif method in ("thre-laplace", "thre-sigmoid"):
+    elif method == "thre-laplace":
         m = math.floor(2 * k_max) + 2
+    elif method == "thre-sigmoid":
+        # the Newton's trial thresholds stay within log 2 below the Laplace one, where an entry
+        # above weighs at least F(-log 2) = 1/4 under the Laplace CDF: at most 4k of them
+        m = math.floor(4 * k_max) + 2
     elif method in CLIPPED:
         m = CLIPPED_PREFIX * math.ceil(k_max)
     else:
@@ -363,27 +368,35 @@ def solve_sigmoid(r: _Rows) -> tuple[Array, Array]:
     """
     xp = r.xp
     ref, shift = solve_laplace(r)
-    x = (r.z - ref[:, None]) + shift[:, None]  # every entry minus lambda_F (-inf masked), in any order
+
+    def sides(v: Array) -> tuple[Array, Array, Array]:
+        """``(x, A, B)`` of entries ``v``: ``x = v - lambda_F`` (-inf masked), and ``(A, B) = (1, E)``
+        where ``x >= 0``, ``(E, 1)`` below, ``E = e^{-|x|}`` (a side misread at |x| of an ulp changes
+        E by an ulp): ``A = max(E, [x >= 0])``, ``B = max(E, [x < 0])``."""
+        x = (v - ref[:, None]) + shift[:, None]
+        e = xp.exp(-xp.abs(x))  # 0 on masked entries
+        pos = xp.astype(x >= 0, x.dtype)
+        return x, xp.maximum(e, pos), xp.maximum(e, 1 - pos)
+
+    _, big_a, big_b = sides(r.z)  # every entry, in any order
+    # the entries above a trial threshold (p >= 1/2) are among the prefix s: trial thresholds stay
+    # within log 2 below lambda_F (the bracket), where at most 4k entries are above (prefix_size)
+    x_s, a_s, b_s = sides(r.s)
     delta0 = -shift
     delta = delta0
     lo = delta - _LN2
     hi = delta + _LN2
-    e = xp.exp(-xp.abs(x))  # 0 on masked entries
-    # (A, B) = (1, E) where x >= 0 and (E, 1) below (a side misread at |x| of an ulp changes E by
-    # an ulp); float masks and products, no where (see _step)
-    pos = 1 - _below(xp, x)
-    big_a = pos + e * (1 - pos)
-    big_b = e * pos + (1 - pos)
-    steps = SIGMOID_STEPS if x.dtype == xp.float64 else SIGMOID_STEPS_FLOAT32
+    steps = SIGMOID_STEPS if big_a.dtype == xp.float64 else SIGMOID_STEPS_FLOAT32
     for _ in range(steps):
         u = xp.exp(delta - delta0)[:, None]
         ub = u * big_b
-        # p >= 1/2, i.e. A >= u B, is x >= delta - delta0 (to rounding, where w is 1/2 either way and
-        # the side it is counted on changes nothing): one comparison with a per-row value
-        above = xp.astype(x >= (delta - delta0)[:, None], x.dtype)  # masked entries: -inf, below
         w = xp.minimum(big_a, ub) / (big_a + ub)  # min(p, q); 0 on masked entries
         total = xp.sum(w, axis=1)
-        w_up = xp.sum(w * above, axis=1)
+        # p >= 1/2, i.e. A >= u B, is x >= delta - delta0 (to rounding, where w is 1/2 either way and
+        # the side it is counted on changes nothing): one comparison with a per-row value, on s
+        above = xp.astype(x_s >= (delta - delta0)[:, None], x_s.dtype)  # masked entries: -inf, below
+        ub_s = u * b_s
+        w_up = xp.sum(xp.minimum(a_s, ub_s) / (a_s + ub_s) * above, axis=1)
         res = (total - w_up) - w_up - (r.k - xp.sum(above, axis=1))
         slope = total - xp.sum(w * w, axis=1)  # sum p q = sum w (1 - w)
         lo = xp.where(res > 0, delta, lo)
