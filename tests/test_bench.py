@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -76,3 +77,27 @@ def test_library_helpers() -> None:
     assert report.results[0].vjp_ms is None and report.results[0].peak_forward_bytes is None
     with pytest.raises(InvalidArgumentError, match="shape"):
         bench(x[0], 2, ["hard"])
+
+
+def test_interleaved_seconds_takes_the_repeats_in_turn() -> None:
+    """One repeat of each function per round (calibrated first), medians per function: a drift
+    of the clock during the measurement falls on every function alike."""
+    from topk_cli.analysis.bench import interleaved_seconds
+
+    now = [0.0]
+    calls: list[str] = []
+
+    def clock() -> float:
+        return now[0]
+
+    def make(name: str, cost: float) -> Callable[[], None]:
+        def fn() -> None:
+            calls.append(name)
+            now[0] += cost * (1 + len(calls) / 1000)  # a slow drift: later calls cost more
+
+        return fn
+
+    out = interleaved_seconds([make("a", 0.05), make("b", 0.1)], repeats=3, min_time=0.02, clock=clock)
+    # a warm-up call each (both above min_time: one call per repeat), then a, b, a, b, a, b
+    assert calls == ["a", "b", "a", "b", "a", "b", "a", "b"]
+    assert out[0] == pytest.approx(0.05 * (1 + 5 / 1000)) and out[1] == pytest.approx(0.1 * (1 + 6 / 1000))

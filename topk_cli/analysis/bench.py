@@ -159,6 +159,37 @@ def seconds_per_call(fn: Callable[[], object], *, repeats: int, min_time: float 
     return statistics.median(samples)
 
 
+def interleaved_seconds(fns: Sequence[Callable[[], object]], *, repeats: int, min_time: float = 0.02,
+                        clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Median seconds per call of each of ``fns``, their repeats taken in turn (one repeat of each,
+    then the next round), so that a drift of the machine or of the process during the measurement
+    (the allocator's thresholds settling, memory reclaimed in the background) falls on all of them
+    alike rather than on whichever was timed first. Each function is warmed up and calibrated as in
+    :func:`seconds_per_call` (calls per repeat doubled until a repeat lasts ``min_time``)."""
+    counts = []
+    for fn in fns:
+        start = clock()
+        fn()  # warm-up (and the length of one call)
+        calls = 1
+        if clock() - start < min_time:
+            while True:
+                start = clock()
+                for _ in range(calls):
+                    fn()
+                if clock() - start >= min_time:
+                    break
+                calls *= 2
+        counts.append(calls)
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, calls, got in zip(fns, counts, samples, strict=True):
+            start = clock()
+            for _ in range(calls):
+                fn()
+            got.append((clock() - start) / calls)
+    return [statistics.median(got) for got in samples]
+
+
 def peak_bytes(fn: Callable[[], object]) -> int:
     """Largest extra memory traced by :mod:`tracemalloc` during one call of ``fn`` (bytes)."""
     was_tracing = tracemalloc.is_tracing()

@@ -7,7 +7,8 @@ through ``jax.jit`` (compiled in the warm-up call, as in training), each result 
 ``block_until_ready``; one untimed call first (compilation, lazy imports). The baselines are timed the same way: ``torch.topk`` / ``jax.lax.top_k`` at
 ``ceil(k)`` (backward through the values) and ``softmax`` along the last axis, and the numpy engine
 (:func:`topk_cli.evaluate` forward, :func:`topk_cli.vjp` forward + VJP). Times are medians of
-``repeats`` repeats (:func:`topk_cli.analysis.bench.seconds_per_call`); the ratios (to the numpy
+``repeats`` repeats, the repeats of a method's four timings (and of the four baselines) taken in
+turn (:func:`topk_cli.analysis.bench.interleaved_seconds`); the ratios (to the numpy
 engine, to the framework's softmax, backward to forward) travel between machines better than
 milliseconds. Pure measurement: no printing.
 """
@@ -191,7 +192,7 @@ def bench_dropins(
     """
     import numpy as np
 
-    from topk_cli.analysis.bench import seconds_per_call
+    from topk_cli.analysis.bench import interleaved_seconds
     from topk_cli.api import evaluate, vjp
     from topk_cli.frameworks.dropin_common import check_method
 
@@ -210,20 +211,25 @@ def bench_dropins(
     ops: _Torch | _Jax = _Torch(x, v) if framework == "torch" else _Jax(x, v)
     evaluate(x[:1], k, names[0], tau=tau)  # the numpy API's checks of k and tau, before any timing
 
-    def ms(fn: Callable[[], object]) -> float:
-        fn()  # first-call costs (compilation, lazy imports, autograd set-up) are not what is timed
-        return seconds_per_call(fn, repeats=repeats, min_time=min_time) * 1e3
+    def ms(*fns: Callable[[], object]) -> list[float]:
+        for fn in fns:
+            fn()  # first-call costs (compilation, lazy imports, autograd set-up) are not what is timed
+        # the repeats of the timings compared with each other taken in turn: the process's first
+        # seconds (the allocator's thresholds settling) made whichever ran first up to 2x slower
+        return [s * 1e3 for s in interleaved_seconds(fns, repeats=repeats, min_time=min_time)]
 
     k_int = max(1, math.ceil(float(k)))
     topk_f, topk_fb, soft_f, soft_fb = ops.baselines(k_int)
-    topk = DropinTiming("topk", ms(topk_f), ms(topk_fb))
-    softmax = DropinTiming("softmax", ms(soft_f), ms(soft_fb))
+    base = ms(topk_f, topk_fb, soft_f, soft_fb)
+    topk = DropinTiming("topk", base[0], base[1])
+    softmax = DropinTiming("softmax", base[2], base[3])
     results = []
     for i, name in enumerate(names):
         if progress is not None:
             progress(i, len(names))
-        fw = DropinTiming(name, ms(ops.forward(name, k, tau)), ms(ops.forward_backward(name, k, tau)))
-        ref = DropinTiming(name, ms(partial(evaluate, x, k, name, tau=tau)), ms(partial(vjp, x, k, v, name, tau=tau)))
+        t = ms(ops.forward(name, k, tau), ops.forward_backward(name, k, tau),
+               partial(evaluate, x, k, name, tau=tau), partial(vjp, x, k, v, name, tau=tau))
+        fw, ref = DropinTiming(name, t[0], t[1]), DropinTiming(name, t[2], t[3])
         results.append(DropinResult(method=name, framework=fw, numpy=ref, softmax_forward_ms=softmax.forward_ms))
     if progress is not None:
         progress(len(names), len(names))
