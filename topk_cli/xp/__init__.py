@@ -74,7 +74,7 @@ def forward(x: Array, k: Array, tau: Array, method: str, *, st_method: str | Non
             _, residuals = forward(x, k, tau, st_method, k_static=k_static, k_max=k_max)
         return p, residuals
     if method == "grad":
-        return grad_forward(xp, z, fin, _grad_k(k_static, x.shape[1]), tau)
+        return grad_forward(xp, z, _grad_k(k_static, x.shape[1]), tau)  # masked entries: pi = 0, p = 0
     if method in SOLVERS:
         return threshold_forward(xp, method, z, fin, k, tau, k_max)
     raise NotImplementedError(f"method {method!r} is not implemented yet in the array-API core")

@@ -227,7 +227,7 @@ def _total(xp: Any, pi: Array, q: Array, a: Array, c: Array) -> Array:
     return xp.where(total > 0, total, xp.ones_like(total))
 
 
-def grad_forward(xp: Any, z: Array, fin: Array, k: int, tau: Array) -> tuple[Array, tuple[Array, ...]]:
+def grad_forward(xp: Any, z: Array, k: int, tau: Array) -> tuple[Array, tuple[Array, ...]]:
     """``(p, (z, tau, lam, c))``: GradTopK weights of ``z = (x - max x) / tau`` and what
     :func:`grad_backward` needs: the tilt ``lam`` and the centre ``c`` (:func:`_tilt`), the latter
     of shape ``(B, k)`` (one column repeated: its shape gives :func:`grad_backward` the static ``k``)."""

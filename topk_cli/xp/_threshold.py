@@ -597,8 +597,9 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     per-row cases are blended with float masks (``a + m (b - a)``, every term finite).
     """
     full_mode = FULL[method]
+    cheap = decides_cheaply(xp, z)
     prefix = prefix_size(method, k_max, z.shape[1])
-    if method in CLIPPED and not decides_cheaply(xp, z):
+    if method in CLIPPED and not cheap:
         prefix = None
     r = _rows(xp, z, fin, k, prefix, method in CLIPPED)
     if r.complete is None:
@@ -618,7 +619,6 @@ def threshold_forward(xp: Any, method: str, z: Array, fin: Array, k: Array,
     p, d, w = WEIGHTS[method](xp, t, t_s)  # 0 on masked entries (t = -inf)
     full_f = xp.astype(full, z.dtype)[:, None]
     keep = 1 - full_f
-    cheap = decides_cheaply(xp, z)
 
     def rare(rows: Array, amend: Callable[[], Array], current: Array) -> Array:
         """``amend()``, a correction that only some rows need (``rows``), skipped where no row does
